@@ -1,0 +1,146 @@
+/* plb_batch.c - the batch collector behind RingBuffer and PerfBuffer. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plb_batch.h"
+
+#define PLB_ALIGN8(x) (((x) + 7) & ~(size_t)7)
+
+/* Allocate a batch able to hold ncap records and cap bytes before growing. */
+struct plb_batch *plb_batch_new(uint32_t ncap, size_t cap)
+{
+	struct plb_batch *b = calloc(1, sizeof(*b));
+
+	if (!b)
+		return NULL;
+	if (ncap == 0)
+		ncap = 64;
+	if (cap < 64)
+		cap = 64;
+	b->buf = malloc(cap);
+	b->start = malloc(ncap * sizeof(*b->start));
+	b->len = malloc(ncap * sizeof(*b->len));
+	b->tag = malloc(ncap * sizeof(*b->tag));
+	b->lost = malloc(ncap * sizeof(*b->lost));
+	if (!b->buf || !b->start || !b->len || !b->tag || !b->lost) {
+		plb_batch_free(b);
+		return NULL;
+	}
+	b->cap = cap;
+	b->ncap = ncap;
+	return b;
+}
+
+/* Free a batch and everything it owns; NULL is ignored. */
+void plb_batch_free(struct plb_batch *b)
+{
+	if (!b)
+		return;
+	free(b->buf);
+	free(b->start);
+	free(b->len);
+	free(b->tag);
+	free(b->lost);
+	free(b);
+}
+
+/* Empty the batch, keeping its memory for the next drain. */
+void plb_batch_reset(struct plb_batch *b)
+{
+	b->used = 0;
+	b->n = 0;
+	b->err = 0;
+}
+
+/* Grow by doubling; offsets are 32-bit, so a batch stays below 4 GiB. */
+static int plb_batch_reserve(struct plb_batch *b, size_t bytes)
+{
+	size_t need = PLB_ALIGN8(b->used) + bytes;
+
+	if (need > UINT32_MAX)
+		return -E2BIG;
+	if (need > b->cap) {
+		size_t cap = b->cap;
+		uint8_t *buf;
+
+		while (cap < need)
+			cap *= 2;
+		buf = realloc(b->buf, cap);
+		if (!buf)
+			return -ENOMEM;
+		b->buf = buf;
+		b->cap = cap;
+	}
+	if (b->n == b->ncap) {
+		uint32_t ncap = b->ncap * 2;
+		uint32_t *start = realloc(b->start, ncap * sizeof(*start));
+		uint32_t *len, *tag;
+		uint64_t *lost;
+
+		if (!start)
+			return -ENOMEM;
+		b->start = start;
+		len = realloc(b->len, ncap * sizeof(*len));
+		if (!len)
+			return -ENOMEM;
+		b->len = len;
+		tag = realloc(b->tag, ncap * sizeof(*tag));
+		if (!tag)
+			return -ENOMEM;
+		b->tag = tag;
+		lost = realloc(b->lost, ncap * sizeof(*lost));
+		if (!lost)
+			return -ENOMEM;
+		b->lost = lost;
+		b->ncap = ncap;
+	}
+	return 0;
+}
+
+/* Append one record (data may be NULL when size is 0). */
+static int plb_batch_append(struct plb_batch *b, const void *data, size_t size, uint32_t tag, uint64_t lost)
+{
+	int err = plb_batch_reserve(b, size);
+	size_t at;
+
+	if (err) {
+		if (!b->err)
+			b->err = err;
+		return err;
+	}
+	at = PLB_ALIGN8(b->used);
+	if (size)
+		memcpy(b->buf + at, data, size);
+	b->start[b->n] = (uint32_t)at;
+	b->len[b->n] = (uint32_t)size;
+	b->tag[b->n] = tag;
+	b->lost[b->n] = lost;
+	b->n++;
+	b->used = at + size;
+	return 0;
+}
+
+/* libbpf has already made the record visible to us (it acquire-loaded the
+ * header); it advances consumer_pos after we return, so the copy must be made
+ * here. A negative return stops ring_buffer__consume_n with this record
+ * consumed, which only happens when memory runs out (recorded in b->err). */
+int plb_ringbuf_collect(void *ctx, void *data, size_t size)
+{
+	struct plb_rb_collect_ctx *c = ctx;
+
+	return plb_batch_append(c->batch, data, size, c->ring, 0);
+}
+
+/* perf samples arrive with the raw size the kernel wrote, padded to 8 bytes
+ * together with its u32 size field, so up to 7 trailing bytes are padding. */
+void plb_perfbuf_collect(void *ctx, int cpu, void *data, uint32_t size)
+{
+	plb_batch_append(ctx, data, size, (uint32_t)cpu, 0);
+}
+
+/* PERF_RECORD_LOST: the kernel dropped cnt samples on this CPU's ring. */
+void plb_perfbuf_collect_lost(void *ctx, int cpu, unsigned long long cnt)
+{
+	plb_batch_append(ctx, NULL, 0, (uint32_t)cpu, cnt ? cnt : 1);
+}

@@ -1,0 +1,80 @@
+/* plb_wait.c - the interruptible wait used by every blocking reader. */
+#include <errno.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "plb_wait.h"
+
+/* The eventfd is tagged with u64 = -1 so it cannot be mistaken for a watched fd. */
+#define PLB_WAKE_TAG UINT64_MAX
+
+int plb_waiter_init(struct plb_waiter *w, int fd)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = PLB_WAKE_TAG };
+
+	w->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (w->epfd < 0)
+		return -errno;
+	w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (w->evfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &ev) < 0) {
+		int err = -errno;
+
+		plb_waiter_close(w);
+		return err;
+	}
+	if (fd >= 0) {
+		int err = plb_waiter_add(w, fd);
+
+		if (err) {
+			plb_waiter_close(w);
+			return err;
+		}
+	}
+	return 0;
+}
+
+int plb_waiter_add(struct plb_waiter *w, int fd)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = (uint64_t)fd };
+
+	return epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+int plb_waiter_wait(struct plb_waiter *w, int timeout_ms)
+{
+	struct epoll_event evs[8];
+	int n, i, ready = 0;
+
+	n = epoll_wait(w->epfd, evs, 8, timeout_ms);
+	if (n < 0)
+		return -errno;
+	for (i = 0; i < n; i++) {
+		/* The eventfd is never read, so once written it stays readable and
+		 * every later wait reports the wake-up too. */
+		if (evs[i].data.u64 == PLB_WAKE_TAG)
+			return -ECANCELED;
+		ready = 1;
+	}
+	return ready;
+}
+
+void plb_waiter_wake(struct plb_waiter *w)
+{
+	uint64_t one = 1;
+
+	if (w->evfd >= 0 && write(w->evfd, &one, sizeof(one)) < 0) {
+		/* EAGAIN: the counter is already non-zero, the wake-up stands. */
+	}
+}
+
+void plb_waiter_close(struct plb_waiter *w)
+{
+	if (w->evfd >= 0)
+		close(w->evfd);
+	if (w->epfd >= 0)
+		close(w->epfd);
+	w->evfd = -1;
+	w->epfd = -1;
+}

@@ -1,0 +1,29 @@
+/* plb_wait.h - an epoll wait that another thread can interrupt.
+ *
+ * The waiter owns an epoll set holding the fd to watch (libbpf's own epoll fd
+ * for ring/perf buffers: never add foreign fds to libbpf's set, libbpf reads
+ * data.fd/u32 as a ring index) and an eventfd. plb_waiter_wake() makes every
+ * current and later wait return -ECANCELED, which is how close() from another
+ * thread unblocks a reader.
+ */
+#ifndef PLB_WAIT_H
+#define PLB_WAIT_H
+
+struct plb_waiter {
+	int epfd;
+	int evfd;
+};
+
+/* Create a waiter watching fd for EPOLLIN; returns 0 or -errno. */
+int plb_waiter_init(struct plb_waiter *w, int fd);
+/* Watch one more fd (e.g. several perf ring fds); returns 0 or -errno. */
+int plb_waiter_add(struct plb_waiter *w, int fd);
+/* Wait up to timeout_ms (-1: forever): 1 when a watched fd is ready, 0 on
+ * timeout, -ECANCELED once woken, -EINTR on a signal, else -errno. */
+int plb_waiter_wait(struct plb_waiter *w, int timeout_ms);
+/* Wake every waiter, now and later; safe from any thread. */
+void plb_waiter_wake(struct plb_waiter *w);
+/* Close both fds; the waiter must no longer be waited on. */
+void plb_waiter_close(struct plb_waiter *w);
+
+#endif

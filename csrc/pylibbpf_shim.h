@@ -1,0 +1,21 @@
+/* pylibbpf_shim.h - the C shim compiled into pylibbpf's CFFI extension.
+ *
+ * Everything here is prefixed plb_. What lives in C is what must not cross
+ * into Python once per event or must run without the GIL (see DESIGN.md). */
+#ifndef PYLIBBPF_SHIM_H
+#define PYLIBBPF_SHIM_H
+
+#include "plb_batch.h"
+#include "plb_wait.h"
+#include "plb_ringbuf.h"
+
+/* Defined by CFFI (extern "Python+C" in cdef/shim.h): logs one libbpf message. */
+void plb_py_log(int level, const char *msg);
+/* Send libbpf's messages up to max_level (enum libbpf_print_level) to plb_py_log. */
+void plb_log_install(int max_level);
+/* The pylibbpf version this extension was built for (checked at import). */
+const char *plb_package_version(void);
+/* The libbpf release (x.y.z) linked in, from the pin's libbpf.pc. */
+const char *plb_libbpf_release(void);
+
+#endif

@@ -1,0 +1,305 @@
+"""The checked layer: libbpf calls under their C names, every return checked in one place.
+
+Public classes call these functions, never ``lib`` directly. A negative return
+or a NULL pointer becomes a :class:`~pylibbpf.errors.BPFError` carrying the errno
+and libbpf's own message; nothing here decides policy beyond that.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ._ffi import capture_log, ffi, lib, sync_log_level
+from .errors import BPFError, LoadError
+
+CData = Any  # a cffi pointer; cffi has no static types
+
+_LOG_TAIL_LINES = 40
+
+
+def strerror(err: int) -> str:
+    """libbpf's message for a positive error code (including its private 4000+ codes)."""
+    buf = ffi.new("char[]", 256)
+    if lib.libbpf_strerror(err, buf, 256) < 0:
+        return os.strerror(err)
+    return str(ffi.string(buf).decode("utf-8", "replace"))
+
+
+def error(err: int, what: str) -> BPFError:
+    """The exception for a positive errno from the call named ``what``."""
+    return BPFError(err, strerror(err), what)
+
+
+def check(ret: int, what: str) -> int:
+    """Return ``ret`` when it is not negative; raise BPFError(-ret) otherwise."""
+    if ret < 0:
+        raise error(-ret, what)
+    return ret
+
+
+def check_ptr(ptr: CData, what: str) -> CData:
+    """Return ``ptr`` unless it is NULL; then raise BPFError from the errno libbpf set."""
+    if ptr == ffi.NULL:
+        raise error(ffi.errno or 22, what)
+    return ptr
+
+
+def cstr(value: str | os.PathLike[str] | None) -> CData:
+    """A NUL-terminated char[] for a str/path (NULL for None); keep it alive while C uses it."""
+    if value is None:
+        return ffi.NULL
+    raw = os.fsencode(value)
+    if b"\0" in raw:
+        raise ValueError(f"string {value!r} contains a NUL byte")
+    return ffi.new("char[]", raw)
+
+
+def string(ptr: CData) -> str:
+    """A C string as str ('' for NULL)."""
+    return "" if ptr == ffi.NULL else str(ffi.string(ptr).decode("utf-8", "replace"))
+
+
+# --- bpf_object ------------------------------------------------------------------------------
+
+def bpf_object__open_file(path: CData, opts: CData, what: str) -> CData:
+    sync_log_level()
+    with capture_log():
+        return check_ptr(lib.bpf_object__open_file(path, opts), what)
+
+
+def bpf_object__open_mem(buf: CData, size: int, opts: CData, what: str) -> CData:
+    sync_log_level()
+    with capture_log():
+        return check_ptr(lib.bpf_object__open_mem(buf, size, opts), what)
+
+
+def bpf_object__load(obj: CData, what: str) -> None:
+    """Load every program; a verifier rejection raises LoadError with the log's tail."""
+    sync_log_level()
+    with capture_log() as lines:
+        ret = lib.bpf_object__load(obj)
+    if ret < 0:
+        tail = "\n".join(lines[-_LOG_TAIL_LINES:])
+        raise LoadError(-ret, strerror(-ret), what, tail)
+
+
+def bpf_object__close(obj: CData) -> None:
+    lib.bpf_object__close(obj)
+
+
+def bpf_object__name(obj: CData) -> str:
+    return string(lib.bpf_object__name(obj))
+
+
+def bpf_object__programs(obj: CData) -> list[CData]:
+    progs, prog = [], lib.bpf_object__next_program(obj, ffi.NULL)
+    while prog != ffi.NULL:
+        progs.append(prog)
+        prog = lib.bpf_object__next_program(obj, prog)
+    return progs
+
+
+def bpf_object__maps(obj: CData) -> list[CData]:
+    maps, m = [], lib.bpf_object__next_map(obj, ffi.NULL)
+    while m != ffi.NULL:
+        maps.append(m)
+        m = lib.bpf_object__next_map(obj, m)
+    return maps
+
+
+def bpf_object__btf(obj: CData) -> CData:
+    """The object's BTF, or NULL when it has none (not an error)."""
+    return lib.bpf_object__btf(obj)
+
+
+# --- bpf_program ------------------------------------------------------------------------------
+
+def bpf_program__name(prog: CData) -> str:
+    return string(lib.bpf_program__name(prog))
+
+
+def bpf_program__section_name(prog: CData) -> str:
+    return string(lib.bpf_program__section_name(prog))
+
+
+def bpf_program__type(prog: CData) -> int:
+    return int(lib.bpf_program__type(prog))
+
+
+def bpf_program__fd(prog: CData) -> int:
+    return int(lib.bpf_program__fd(prog))
+
+
+def bpf_program__autoattach(prog: CData) -> bool:
+    return bool(lib.bpf_program__autoattach(prog))
+
+
+def bpf_program__attach(prog: CData, what: str) -> CData:
+    return check_ptr(lib.bpf_program__attach(prog), what)
+
+
+def bpf_link__destroy(link: CData) -> None:
+    lib.bpf_link__destroy(link)
+
+
+def bpf_link__fd(link: CData) -> int:
+    return int(lib.bpf_link__fd(link))
+
+
+def bpf_prog_test_run_opts(prog_fd: int, opts: CData, what: str) -> None:
+    check(lib.bpf_prog_test_run_opts(prog_fd, opts), what)
+
+
+def bpf_prog_load(prog_type: int, name: CData, license: CData, insns: CData, count: int,
+                  opts: CData, what: str) -> int:
+    """Load raw instructions; the verifier log (opts.log_buf) goes into LoadError."""
+    fd = lib.bpf_prog_load(prog_type, name, license, insns, count, opts)
+    if fd < 0:
+        log = ""
+        if opts != ffi.NULL and opts.log_buf != ffi.NULL:
+            log = "\n".join(string(opts.log_buf).splitlines()[-_LOG_TAIL_LINES:])
+        raise LoadError(-fd, strerror(-fd), what, log)
+    return int(fd)
+
+
+def libbpf_prog_type_str(prog_type: int) -> str:
+    return string(lib.libbpf_bpf_prog_type_str(prog_type)) or f"unknown({prog_type})"
+
+
+def libbpf_map_type_str(map_type: int) -> str:
+    return string(lib.libbpf_bpf_map_type_str(map_type)) or f"unknown({map_type})"
+
+
+def libbpf_num_possible_cpus() -> int:
+    return check(lib.libbpf_num_possible_cpus(), "libbpf_num_possible_cpus")
+
+
+# --- bpf_map ----------------------------------------------------------------------------------
+
+def bpf_map__name(m: CData) -> str:
+    return string(lib.bpf_map__name(m))
+
+
+def bpf_map__type(m: CData) -> int:
+    return int(lib.bpf_map__type(m))
+
+
+def bpf_map__fd(m: CData) -> int:
+    return int(lib.bpf_map__fd(m))
+
+
+def bpf_map__key_size(m: CData) -> int:
+    return int(lib.bpf_map__key_size(m))
+
+
+def bpf_map__value_size(m: CData) -> int:
+    return int(lib.bpf_map__value_size(m))
+
+
+def bpf_map__max_entries(m: CData) -> int:
+    return int(lib.bpf_map__max_entries(m))
+
+
+def bpf_map_lookup_elem(fd: int, key: CData, value: CData, what: str) -> bool:
+    """True when found (value filled), False for ENOENT; other errors raise."""
+    if lib.bpf_map_lookup_elem(fd, key, value) < 0:
+        err = ffi.errno
+        if err == lib.ENOENT:
+            return False
+        raise error(err, what)
+    return True
+
+
+def bpf_map_update_elem(fd: int, key: CData, value: CData, flags: int, what: str) -> None:
+    check(lib.bpf_map_update_elem(fd, key, value, flags), what)
+
+
+def bpf_map_delete_elem(fd: int, key: CData, what: str) -> bool:
+    """True when deleted, False for ENOENT; other errors raise."""
+    if lib.bpf_map_delete_elem(fd, key) < 0:
+        err = ffi.errno
+        if err == lib.ENOENT:
+            return False
+        raise error(err, what)
+    return True
+
+
+def bpf_map_get_next_key(fd: int, key: CData, next_key: CData, what: str) -> bool:
+    """True with next_key filled; False at the end (ENOENT)."""
+    if lib.bpf_map_get_next_key(fd, key, next_key) < 0:
+        err = ffi.errno
+        if err == lib.ENOENT:
+            return False
+        raise error(err, what)
+    return True
+
+
+# --- ring_buffer / perf_buffer ------------------------------------------------------------------
+
+def ring_buffer__new(map_fd: int, ctx: CData, what: str) -> CData:
+    return check_ptr(lib.ring_buffer__new(map_fd, lib.plb_ringbuf_collect, ctx, ffi.NULL), what)
+
+
+def ring_buffer__add(rb: CData, map_fd: int, ctx: CData, what: str) -> None:
+    check(lib.ring_buffer__add(rb, map_fd, lib.plb_ringbuf_collect, ctx), what)
+
+
+def ring_buffer__consume_n(rb: CData, n: int, what: str) -> int:
+    return check(lib.ring_buffer__consume_n(rb, n), what)
+
+
+def ring_buffer__epoll_fd(rb: CData) -> int:
+    return int(lib.ring_buffer__epoll_fd(rb))
+
+
+def ring_buffer__free(rb: CData) -> None:
+    lib.ring_buffer__free(rb)
+
+
+def perf_buffer__new(map_fd: int, page_cnt: int, ctx: CData, what: str) -> CData:
+    return check_ptr(lib.perf_buffer__new(map_fd, page_cnt, lib.plb_perfbuf_collect,
+                                          lib.plb_perfbuf_collect_lost, ctx, ffi.NULL), what)
+
+
+def perf_buffer__consume(pb: CData, what: str) -> int:
+    return check(lib.perf_buffer__consume(pb), what)
+
+
+def perf_buffer__epoll_fd(pb: CData) -> int:
+    return int(lib.perf_buffer__epoll_fd(pb))
+
+
+def perf_buffer__buffer_cnt(pb: CData) -> int:
+    return int(lib.perf_buffer__buffer_cnt(pb))
+
+
+def perf_buffer__buffer(pb: CData, idx: int, what: str) -> tuple[CData, int]:
+    base = ffi.new("void **")
+    size = ffi.new("size_t *")
+    check(lib.perf_buffer__buffer(pb, idx, base, size), what)
+    return base[0], int(size[0])
+
+
+def perf_buffer__buffer_fd(pb: CData, idx: int, what: str) -> int:
+    return check(lib.perf_buffer__buffer_fd(pb, idx), what)
+
+
+def perf_buffer__free(pb: CData) -> None:
+    lib.perf_buffer__free(pb)
+
+
+# --- shim: batches and waiters ------------------------------------------------------------------
+
+def plb_batch_new(ncap: int, cap: int) -> CData:
+    """A batch freed automatically when the returned pointer is garbage collected."""
+    batch = check_ptr(lib.plb_batch_new(ncap, cap), "plb_batch_new")
+    return ffi.gc(batch, lib.plb_batch_free)
+
+
+def plb_waiter_init(waiter: CData, fd: int, what: str) -> None:
+    check(lib.plb_waiter_init(waiter, fd), what)
+
+
+def plb_waiter_add(waiter: CData, fd: int, what: str) -> None:
+    check(lib.plb_waiter_add(waiter, fd), what)

@@ -1,0 +1,485 @@
+"""CO-RE objects: BPFObject, Program, Map, Link, TestRun.
+
+An object is opened (ELF parsed, nothing in the kernel yet), then loaded (CO-RE
+relocations resolved against the running kernel's BTF, maps created, programs
+verified). Programs and maps belong to their object: once the object is
+closed, using them raises ClosedError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar
+
+from . import _libbpf
+from ._ffi import ffi, lib
+from .errors import BPFError, ClosedError
+
+CData = Any
+T = TypeVar("T")
+
+
+class NamedTable(Mapping[str, T]):
+    """A read-only name -> item mapping whose KeyError lists the known names."""
+
+    def __init__(self, kind: str, owner: str, items: dict[str, T]) -> None:
+        self._kind, self._owner, self._items = kind, owner, items
+
+    def __getitem__(self, name: str) -> T:
+        try:
+            return self._items[name]
+        except KeyError:
+            known = ", ".join(sorted(self._items)) or "none"
+            raise KeyError(f"no {self._kind} named {name!r} in {self._owner} (known: {known})") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"<{self._kind}s of {self._owner}: {', '.join(self._items)}>"
+
+
+class BPFObject:
+    """A BPF ELF object (``bpf_object``): open it, load it, then use its programs and maps.
+
+    ``BPFObject.open(path_or_bytes)`` parses the ELF without touching the kernel
+    (BPFError on a missing file or bad ELF). ``load()`` creates the maps and
+    loads the programs (LoadError with the verifier log's tail when the kernel
+    refuses one). ``close()`` is idempotent and also available as a context
+    manager; programs, maps and the object itself raise ClosedError after it.
+    Links made by ``attach_all()``/``Program.attach()`` are independent and stay
+    attached until destroyed.
+    """
+
+    def __init__(self, ptr: CData, name: str, keepalive: list[Any]) -> None:
+        self._ptr = ptr
+        self._name = name
+        self._keepalive = keepalive  # buffers libbpf points into (ELF bytes, option strings)
+        self._loaded = False
+        self._lock = threading.Lock()
+        self.programs: NamedTable[Program] = NamedTable(
+            "program", name, {p.name: p for p in (Program(self, x) for x in _libbpf.bpf_object__programs(ptr))})
+        self.maps: NamedTable[Map] = NamedTable(
+            "map", name, {m.name: m for m in (Map(self, x) for x in _libbpf.bpf_object__maps(ptr))})
+
+    @classmethod
+    def open(cls, path_or_bytes: str | os.PathLike[str] | bytes | bytearray | memoryview, *,
+             btf_custom_path: str | os.PathLike[str] | None = None, kconfig: str | None = None,
+             object_name: str | None = None) -> BPFObject:
+        """Open a BPF object from a file path or from the ELF bytes themselves.
+
+        Raises FileNotFoundError-like BPFError (errno ENOENT) for a missing file,
+        BPFError for anything that is not a BPF ELF object, TypeError for other
+        argument types.
+        """
+        keep: list[Any] = []
+        opts = ffi.new("struct bpf_object_open_opts *")
+        opts.sz = ffi.sizeof("struct bpf_object_open_opts")
+        for field, value in (("btf_custom_path", btf_custom_path), ("kconfig", kconfig),
+                             ("object_name", object_name)):
+            if value is not None:
+                c = _libbpf.cstr(value)
+                keep.append(c)
+                setattr(opts, field, c)
+        keep.append(opts)
+        if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+            data = ffi.from_buffer(bytes(path_or_bytes))
+            keep.append(data)
+            label = object_name or "<bytes>"
+            ptr = _libbpf.bpf_object__open_mem(data, len(data), opts, f"bpf_object__open_mem({label})")
+        elif isinstance(path_or_bytes, (str, os.PathLike)):
+            path = os.fspath(path_or_bytes)
+            cpath = _libbpf.cstr(path)
+            ptr = _libbpf.bpf_object__open_file(cpath, opts, f"bpf_object__open_file({path})")
+        else:
+            raise TypeError(f"BPFObject.open takes a path or bytes, not {type(path_or_bytes).__name__}")
+        return cls(ptr, _libbpf.bpf_object__name(ptr), keep)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
+    def _check(self) -> CData:
+        if self._ptr is None:
+            raise ClosedError(f"BPF object {self._name!r}")
+        return self._ptr
+
+    def load(self) -> BPFObject:
+        """Relocate against the running kernel's BTF, create maps, load programs. Returns self."""
+        with self._lock:
+            ptr = self._check()
+            if self._loaded:
+                raise BPFError(lib.EINVAL, "object is already loaded", f"bpf_object__load({self._name})")
+            _libbpf.bpf_object__load(ptr, f"bpf_object__load({self._name})")
+            self._loaded = True
+        return self
+
+    def attach_all(self) -> list[Link]:
+        """Attach every program whose SEC() name says how (tracepoints, raw_tp, uprobes, ...).
+
+        Programs that cannot auto-attach (``SEC("syscall")``, socket filters, ...)
+        or have autoattach turned off are skipped. If one attach fails, the links
+        already made are destroyed and the error is raised.
+        """
+        links: list[Link] = []
+        try:
+            for prog in self.programs.values():
+                if not prog.autoattach:
+                    continue
+                try:
+                    links.append(prog.attach())
+                except BPFError as e:
+                    if e.errno != lib.EOPNOTSUPP:
+                        raise
+        except BaseException:
+            for link in links:
+                link.destroy()
+            raise
+        return links
+
+    def btf_struct(self, name: str) -> Any:
+        """The layout of ``struct name`` from the object's BTF, as an EventDef."""
+        from .btf import struct_event_def
+
+        return struct_event_def(self, name)
+
+    def _btf(self) -> CData:
+        ptr = _libbpf.bpf_object__btf(self._check())
+        if ptr == ffi.NULL:
+            raise BPFError(lib.ENOENT, "object has no BTF (compile with clang -g)", f"btf({self._name})")
+        return ptr
+
+    def close(self) -> None:
+        """Free the object (maps and programs leave the kernel unless pinned or linked). Idempotent."""
+        with self._lock:
+            if self._ptr is None:
+                return
+            ptr, self._ptr = self._ptr, None
+            _libbpf.bpf_object__close(ptr)
+            self._keepalive.clear()
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
+    def __enter__(self) -> BPFObject:
+        self._check()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._ptr is None else ("loaded" if self._loaded else "open")
+        return f"<BPFObject {self._name!r} {state}>"
+
+
+@dataclasses.dataclass(frozen=True)
+class TestRun:
+    """The result of ``BPF_PROG_TEST_RUN``: the program's return value, ns per run, output bytes."""
+
+    __test__ = False  # not a pytest test class
+
+    retval: int
+    duration_ns: int
+    data_out: bytes
+
+
+class Program:
+    """One program of a BPFObject (``bpf_program``)."""
+
+    def __init__(self, obj: BPFObject | None, ptr: CData, fd: int | None = None) -> None:
+        self._obj = obj
+        self._ptr = ptr
+        self._own_fd = fd  # set for programs loaded from raw instructions (asm.load_program)
+        if ptr is not None:
+            self.name = _libbpf.bpf_program__name(ptr)
+            self.section = _libbpf.bpf_program__section_name(ptr)
+            self._type = _libbpf.bpf_program__type(ptr)
+        else:
+            self.name, self.section, self._type = "", "", -1
+
+    def _check(self) -> CData:
+        if self._obj is not None:
+            self._obj._check()
+        elif self._own_fd is None:
+            raise ClosedError(f"program {self.name!r}")
+        return self._ptr
+
+    @property
+    def type(self) -> int:
+        """The program type (``lib.BPF_PROG_TYPE_*``)."""
+        return self._type
+
+    @property
+    def type_name(self) -> str:
+        return _libbpf.libbpf_prog_type_str(self._type)
+
+    @property
+    def fd(self) -> int:
+        """The program's fd; -1 before the object is loaded."""
+        ptr = self._check()
+        if self._own_fd is not None:
+            return self._own_fd
+        return _libbpf.bpf_program__fd(ptr)
+
+    @property
+    def autoattach(self) -> bool:
+        ptr = self._check()
+        return ptr is not None and _libbpf.bpf_program__autoattach(ptr)
+
+    def _loaded_fd(self, what: str) -> int:
+        fd = self.fd
+        if fd < 0:
+            raise BPFError(lib.EINVAL, f"program {self.name!r} is not loaded: call BPFObject.load() first", what)
+        return fd
+
+    def attach(self) -> Link:
+        """Attach by the SEC() name (``bpf_program__attach``); the Link detaches when destroyed."""
+        ptr = self._check()
+        what = f"bpf_program__attach({self.name})"
+        self._loaded_fd(what)
+        if ptr is None:
+            raise BPFError(lib.EOPNOTSUPP, "raw-instruction programs have no SEC() to attach by", what)
+        return Link(_libbpf.bpf_program__attach(ptr, what), self.name)
+
+    def test_run(self, data: bytes = b"", ctx: bytes = b"", repeat: int = 1, cpu: int | None = None,
+                 data_size_out: int | None = None) -> TestRun:
+        """Run the program once (or ``repeat`` times) in the kernel with BPF_PROG_TEST_RUN.
+
+        ``cpu`` pins the run to that CPU (``BPF_F_TEST_RUN_ON_CPU``; supported
+        for raw_tp programs). ``data_size_out`` sizes the output buffer
+        (default: the input's size). Raises BPFError (e.g. ENOTSUPP for program
+        types without test-run support).
+        """
+        what = f"bpf_prog_test_run_opts({self.name})"
+        fd = self._loaded_fd(what)
+        if repeat < 1:
+            raise ValueError(f"repeat must be >= 1, got {repeat}")
+        opts = ffi.new("struct bpf_test_run_opts *")
+        opts.sz = ffi.sizeof("struct bpf_test_run_opts")
+        keep = []
+        if data:
+            din = ffi.from_buffer(bytes(data))
+            keep.append(din)
+            opts.data_in = din
+            opts.data_size_in = len(data)
+        out_size = len(data) if data_size_out is None else data_size_out
+        if out_size:
+            dout = ffi.new("char[]", out_size)
+            opts.data_out = dout
+            opts.data_size_out = out_size
+        if ctx:
+            cin = ffi.from_buffer(bytes(ctx))
+            keep.append(cin)
+            opts.ctx_in = cin
+            opts.ctx_size_in = len(ctx)
+        # The kernel runs once for repeat 0; some types (syscall) refuse any other value.
+        opts.repeat = repeat if repeat > 1 else 0
+        if cpu is not None:
+            opts.flags = lib.BPF_F_TEST_RUN_ON_CPU
+            opts.cpu = cpu
+        _libbpf.bpf_prog_test_run_opts(fd, opts, what)
+        out = bytes(ffi.buffer(opts.data_out, opts.data_size_out)) if out_size else b""
+        return TestRun(int(opts.retval), int(opts.duration), out)
+
+    def close(self) -> None:
+        """Close a raw-instruction program's fd (object programs close with their object)."""
+        if self._own_fd is not None and self._own_fd >= 0:
+            os.close(self._own_fd)
+            self._own_fd = None
+
+    def __enter__(self) -> Program:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Program {self.name!r} {self.type_name} sec={self.section!r}>"
+
+
+class Map:
+    """One map of a BPFObject (``bpf_map``); keys and values are bytes (ints are accepted as keys).
+
+    ``lookup`` returns None for a missing key; for per-CPU maps it returns one
+    bytes value per possible CPU. ``delete`` raises KeyError for a missing key.
+    """
+
+    def __init__(self, obj: BPFObject, ptr: CData) -> None:
+        self._obj = obj
+        self._ptr = ptr
+        self.name = _libbpf.bpf_map__name(ptr)
+
+    def _check(self) -> CData:
+        self._obj._check()
+        return self._ptr
+
+    @property
+    def type(self) -> int:
+        """The map type (``lib.BPF_MAP_TYPE_*``)."""
+        return _libbpf.bpf_map__type(self._check())
+
+    @property
+    def type_name(self) -> str:
+        return _libbpf.libbpf_map_type_str(self.type)
+
+    @property
+    def fd(self) -> int:
+        """The map's fd; -1 before the object is loaded."""
+        return _libbpf.bpf_map__fd(self._check())
+
+    @property
+    def key_size(self) -> int:
+        return _libbpf.bpf_map__key_size(self._check())
+
+    @property
+    def value_size(self) -> int:
+        return _libbpf.bpf_map__value_size(self._check())
+
+    @property
+    def max_entries(self) -> int:
+        return _libbpf.bpf_map__max_entries(self._check())
+
+    @property
+    def per_cpu(self) -> bool:
+        return self.type in _PER_CPU_TYPES
+
+    def _loaded_fd(self, what: str) -> int:
+        fd = self.fd
+        if fd < 0:
+            raise BPFError(lib.EINVAL, f"map {self.name!r} is not created: call BPFObject.load() first", what)
+        return fd
+
+    def _key(self, key: bytes | int, what: str) -> CData:
+        size = self.key_size
+        if isinstance(key, int):
+            try:
+                raw = key.to_bytes(size, "little", signed=key < 0)
+            except OverflowError:
+                raise ValueError(f"{what}: key {key} does not fit the map's {size}-byte key") from None
+        elif isinstance(key, (bytes, bytearray, memoryview)):
+            raw = bytes(key)
+        else:
+            raise TypeError(f"{what}: key must be bytes or int, not {type(key).__name__}")
+        if len(raw) != size:
+            raise ValueError(f"{what}: key is {len(raw)} bytes, map {self.name!r} has {size}-byte keys")
+        return ffi.new("char[]", raw) if size else ffi.new("char[]", 1)
+
+    def _value_layout(self) -> tuple[int, int]:
+        """(number of values, stride): per-CPU maps hold one 8-byte-aligned value per possible CPU."""
+        vsize = self.value_size
+        if self.per_cpu:
+            return _libbpf.libbpf_num_possible_cpus(), (vsize + 7) & ~7
+        return 1, vsize
+
+    def lookup(self, key: bytes | int) -> bytes | list[bytes] | None:
+        """The value for ``key``, or None when the key is not in the map."""
+        what = f"bpf_map_lookup_elem({self.name})"
+        fd = self._loaded_fd(what)
+        ckey = self._key(key, what)
+        count, stride = self._value_layout()
+        value = ffi.new("char[]", max(1, count * stride))
+        if not _libbpf.bpf_map_lookup_elem(fd, ckey, value, what):
+            return None
+        raw = bytes(ffi.buffer(value, count * stride))
+        if self.per_cpu:
+            vsize = self.value_size
+            return [raw[i * stride:i * stride + vsize] for i in range(count)]
+        return raw
+
+    def update(self, key: bytes | int, value: bytes | list[bytes], flags: int = 0) -> None:
+        """Set ``key`` to ``value`` (flags: lib.BPF_ANY, BPF_NOEXIST, BPF_EXIST)."""
+        what = f"bpf_map_update_elem({self.name})"
+        fd = self._loaded_fd(what)
+        ckey = self._key(key, what)
+        count, stride = self._value_layout()
+        vsize = self.value_size
+        values = value if isinstance(value, list) else [value]
+        if len(values) != count:
+            raise ValueError(f"{what}: map {self.name!r} takes {count} value(s), got {len(values)}")
+        buf = bytearray(count * stride)
+        for i, v in enumerate(values):
+            if not isinstance(v, (bytes, bytearray, memoryview)):
+                raise TypeError(f"{what}: value must be bytes, not {type(v).__name__}")
+            if len(v) != vsize:
+                raise ValueError(f"{what}: value is {len(v)} bytes, map {self.name!r} has {vsize}-byte values")
+            buf[i * stride:i * stride + vsize] = v
+        _libbpf.bpf_map_update_elem(fd, ckey, ffi.from_buffer(buf), flags, what)
+
+    def delete(self, key: bytes | int) -> None:
+        """Remove ``key``; KeyError when it is not there."""
+        what = f"bpf_map_delete_elem({self.name})"
+        fd = self._loaded_fd(what)
+        if not _libbpf.bpf_map_delete_elem(fd, self._key(key, what), what):
+            raise KeyError(key)
+
+    def keys(self) -> Iterator[bytes]:
+        """Iterate over the keys (``bpf_map_get_next_key``)."""
+        what = f"bpf_map_get_next_key({self.name})"
+        fd = self._loaded_fd(what)
+        size = max(1, self.key_size)
+        cur, nxt = ffi.new("char[]", size), ffi.new("char[]", size)
+        prev = ffi.NULL
+        while _libbpf.bpf_map_get_next_key(fd, prev, nxt, what):
+            yield bytes(ffi.buffer(nxt, self.key_size))
+            ffi.memmove(cur, nxt, size)
+            prev = cur
+
+    def items(self) -> Iterator[tuple[bytes, bytes | list[bytes]]]:
+        """Iterate over (key, value) pairs; keys deleted meanwhile are skipped."""
+        for key in self.keys():
+            value = self.lookup(key)
+            if value is not None:
+                yield key, value
+
+    def __repr__(self) -> str:
+        return f"<Map {self.name!r}>"
+
+
+_PER_CPU_TYPES = frozenset({lib.BPF_MAP_TYPE_PERCPU_HASH, lib.BPF_MAP_TYPE_PERCPU_ARRAY,
+                            lib.BPF_MAP_TYPE_LRU_PERCPU_HASH, lib.BPF_MAP_TYPE_PERCPU_CGROUP_STORAGE})
+
+
+class Link:
+    """An attachment (``bpf_link``); ``destroy()`` detaches. Idempotent; a context manager."""
+
+    def __init__(self, ptr: CData, name: str) -> None:
+        self._ptr = ptr
+        self.name = name
+
+    @property
+    def fd(self) -> int:
+        if self._ptr is None:
+            raise ClosedError(f"link of {self.name!r}")
+        return _libbpf.bpf_link__fd(self._ptr)
+
+    def destroy(self) -> None:
+        if self._ptr is not None:
+            ptr, self._ptr = self._ptr, None
+            _libbpf.bpf_link__destroy(ptr)
+
+    close = destroy
+
+    def __enter__(self) -> Link:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
+
+    def __del__(self) -> None:
+        # Safety net only: an undestroyed link would stay attached until exit.
+        self.destroy()
+
+    def __repr__(self) -> str:
+        return f"<Link {self.name!r}{' destroyed' if self._ptr is None else ''}>"

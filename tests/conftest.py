@@ -1,0 +1,85 @@
+"""Test setup: kernel file systems, privilege policy, BPF test objects, the fd-leak check.
+
+BPF tests need CAP_BPF/CAP_SYS_ADMIN. Without them they skip, unless
+PYLIBBPF_REQUIRE_BPF=1 (set by `make test` and CI), which turns the skip into
+a failure: in CI the BPF tests must run.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BPF_SRC = ROOT / "tests" / "bpf"
+BPF_OUT = BPF_SRC / "build"
+sys.path.insert(0, str(ROOT / "tools"))
+
+REQUIRE_BPF = os.environ.get("PYLIBBPF_REQUIRE_BPF") == "1"
+
+
+def _mount(fstype: str, where: str, probe: str) -> None:
+    """Mount a kernel file system when it is missing (tracefs for tracepoints, bpffs for pins)."""
+    if os.path.exists(os.path.join(where, probe)):
+        return
+    os.makedirs(where, exist_ok=True)
+    subprocess.run(["mount", "-t", fstype, fstype, where], check=False, capture_output=True)
+
+
+def _bpf_privilege_problem() -> str | None:
+    """None when this process can create BPF maps, else why not."""
+    from pylibbpf import ffi, lib
+
+    fd = lib.bpf_map_create(lib.BPF_MAP_TYPE_ARRAY, b"plb_probe", 4, 4, 1, ffi.NULL)
+    if fd < 0:
+        return f"cannot create BPF maps: {os.strerror(-fd)} (needs root / CAP_BPF)"
+    os.close(fd)
+    return None
+
+
+@pytest.fixture(scope="session")
+def bpf_privileged() -> None:
+    """Skip (or fail, under PYLIBBPF_REQUIRE_BPF=1) when BPF is not usable here."""
+    problem = _bpf_privilege_problem()
+    if problem:
+        if REQUIRE_BPF:
+            pytest.fail(f"PYLIBBPF_REQUIRE_BPF=1 but {problem}")
+        pytest.skip(problem)
+    _mount("tracefs", "/sys/kernel/tracing", "events")
+    _mount("bpf", "/sys/fs/bpf", "")
+
+
+@pytest.fixture(scope="session")
+def bpf_objects(bpf_privileged: None) -> dict[str, Path]:
+    """The test BPF programs (tests/bpf/*.bpf.c), compiled once per session: name -> .bpf.o path."""
+    import build_bpf
+
+    return {p.name[: -len(".bpf.o")]: p for p in build_bpf.build(BPF_SRC, BPF_OUT)}
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture(autouse=True)
+def no_fd_leak(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that leaves file descriptors open (after a garbage collection)."""
+    gc.collect()
+    before = _open_fds()
+    yield
+    gc.collect()
+    leaked = _open_fds() - before
+    details = []
+    for fd in sorted(leaked, key=int):
+        try:
+            details.append(f"{fd} -> {os.readlink(f'/proc/self/fd/{fd}')}")
+        except OSError:
+            pass  # the listing's own fd, gone already
+    if details:
+        pytest.fail(f"{request.node.name} leaked file descriptors: {', '.join(details)}")

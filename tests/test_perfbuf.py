@@ -1,0 +1,139 @@
+"""PerfBuffer on the real kernel: what libbpf's perf_buffer selftest asserts, through pylibbpf."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from progs import PERF_SAMPLE, counter, emit_perf
+
+from pylibbpf import BPFObject, ClosedError, PerfBuffer, lib
+
+
+def online_cpus() -> list[int]:
+    cpus: list[int] = []
+    for part in Path("/sys/devices/system/cpu/online").read_text().strip().split(","):
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+pytestmark = pytest.mark.usefixtures("bpf_privileged")
+
+
+@pytest.fixture
+def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
+    with BPFObject.open(bpf_objects["perfbuf"]) as o:
+        o.load()
+        yield o
+
+
+def test_every_online_cpu_delivers_with_its_cpu_number(obj: BPFObject) -> None:
+    seen: list[tuple[int, int, int]] = []
+
+    def callback(cpu: int, data: memoryview) -> None:
+        seq, _value, sample_cpu, _ = PERF_SAMPLE.unpack_from(data)
+        seen.append((cpu, sample_cpu, seq))
+
+    cpus = online_cpus()
+    with PerfBuffer(obj.maps["events"], callback) as pb:
+        assert pb.buffer_cnt() == len(cpus)
+        for cpu in cpus:
+            emit_perf(obj.programs["emit_perf"], 5, cpu=cpu, first_seq=cpu * 100)
+        deadline = time.monotonic() + 5
+        while len(seen) < 5 * len(cpus) and time.monotonic() < deadline:
+            pb.poll(100)
+    assert sorted(seen) == sorted((c, c, c * 100 + i) for c in cpus for i in range(5))
+    assert counter(obj, "failed_outputs") == 0
+
+
+def test_samples_carry_padding_to_8_bytes(obj: BPFObject) -> None:
+    sizes: list[int] = []
+    with PerfBuffer(obj.maps["events"], lambda cpu, d: sizes.append(len(d))) as pb:
+        emit_perf(obj.programs["emit_perf"], 1, cpu=0, extra=1)  # 25-byte sample
+        pb.poll(1000)
+    assert len(sizes) == 1 and 25 <= sizes[0] <= 25 + 7 and (sizes[0] + 4) % 8 == 0
+
+
+def test_a_full_ring_reports_lost_samples(obj: BPFObject) -> None:
+    lost: list[tuple[int, int]] = []
+    got: list[int] = []
+    with PerfBuffer(obj.maps["events"], lambda cpu, d: got.append(cpu),
+                    lost_callback=lambda cpu, n: lost.append((cpu, n)), page_cnt=1) as pb:
+        emit_perf(obj.programs["emit_perf"], 1000, cpu=0, extra=64)
+        pb.consume()
+        # The kernel writes the PERF_RECORD_LOST notice with the next sample that fits.
+        emit_perf(obj.programs["emit_perf"], 1, cpu=0, first_seq=1000)
+        pb.consume()
+        assert lost and all(cpu == 0 for cpu, _ in lost)
+        assert pb.lost_samples == sum(n for _, n in lost)
+    failed = counter(obj, "failed_outputs")
+    assert failed > 0
+    assert failed == pb.lost_samples
+    assert len(got) + pb.lost_samples == 1001
+
+
+def test_raw_buffer_is_the_mmapped_ring(obj: BPFObject) -> None:
+    with PerfBuffer(obj.maps["events"], lambda cpu, d: None, page_cnt=2) as pb:
+        for i in range(pb.buffer_cnt()):
+            view = pb.buffer(i)
+            assert len(view) == 4096 * 3  # control page + 2 data pages
+            data_offset = int.from_bytes(view[1040:1048], "little")  # perf_event_mmap_page.data_offset
+            assert data_offset == 4096
+            del view
+        with pytest.raises(IndexError):
+            pb.buffer(pb.buffer_cnt())
+        assert pb.buffer_fd(0) >= 0
+
+
+def test_callback_exception_reaches_the_caller_and_the_rest_follows(obj: BPFObject) -> None:
+    seen: list[int] = []
+
+    def callback(cpu: int, data: memoryview) -> None:
+        seen.append(PERF_SAMPLE.unpack_from(data)[0])
+        if len(seen) == 2:
+            raise ValueError("second sample")
+
+    with PerfBuffer(obj.maps["events"], callback) as pb:
+        emit_perf(obj.programs["emit_perf"], 6, cpu=0)
+        with pytest.raises(ValueError, match="second sample"):
+            pb.consume()
+        assert pb.consume() == 4
+    assert seen == list(range(6))
+
+
+def test_close_wakes_a_blocked_poll(obj: BPFObject) -> None:
+    pb = PerfBuffer(obj.maps["events"], lambda cpu, d: None)
+    errors: list[BaseException] = []
+    thread = threading.Thread(target=lambda: errors.append(_catch(lambda: pb.poll(-1))))
+    thread.start()
+    time.sleep(0.05)
+    pb.close()
+    thread.join(5)
+    assert not thread.is_alive() and isinstance(errors[0], ClosedError)
+    pb.close()
+    with pytest.raises(ClosedError):
+        pb.buffer_cnt()
+
+
+def _catch(fn: object) -> BaseException | None:
+    try:
+        fn()  # type: ignore[operator]
+    except BaseException as e:
+        return e
+    return None
+
+
+def test_wrong_map_type_and_bad_options(obj: BPFObject, bpf_objects: dict[str, Path]) -> None:
+    with BPFObject.open(bpf_objects["ringbuf"]) as ring:
+        ring.load()
+        with pytest.raises(TypeError, match="needs a perf_event_array map; map 'rb' is ringbuf"):
+            PerfBuffer(ring.maps["rb"], lambda cpu, d: None)
+    with pytest.raises(ValueError, match="page_cnt"):
+        PerfBuffer(obj.maps["events"], lambda cpu, d: None, page_cnt=3)
+    with pytest.raises(TypeError, match="lost_callback must be callable"):
+        PerfBuffer(obj.maps["events"], lambda cpu, d: None, lost_callback=5)  # type: ignore[arg-type]
+    assert lib.BPF_MAP_TYPE_PERF_EVENT_ARRAY == obj.maps["events"].type

@@ -1,0 +1,172 @@
+"""RingBuffer on the real kernel: what libbpf's own ringbuf selftests assert, through pylibbpf."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from progs import counter, emit_ring, rb_event
+
+from pylibbpf import BPFObject, ClosedError, RingBuffer, lib
+
+pytestmark = pytest.mark.usefixtures("bpf_privileged")
+
+
+@pytest.fixture
+def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
+    with BPFObject.open(bpf_objects["ringbuf"]) as o:
+        o.load()
+        yield o
+
+
+def test_records_arrive_in_order(obj: BPFObject) -> None:
+    seen: list[tuple[int, int, int]] = []
+    with RingBuffer(obj.maps["rb"], lambda data: seen.append(rb_event(data))) as rb:
+        emit_ring(obj.programs["emit"], 100, first_seq=1000, value=7)
+        assert rb.poll(1000) == 100
+        assert rb.consume() == 0
+    assert seen == [(1000 + i, 7, 0) for i in range(100)]
+    assert counter(obj, "failed_reserves") == 0
+
+
+def test_callback_gets_a_memoryview_that_outlives_the_callback(obj: BPFObject) -> None:
+    kept: list[memoryview] = []
+    with RingBuffer(obj.maps["rb"], kept.append) as rb:
+        emit_ring(obj.programs["emit"], 3, first_seq=5)
+        rb.consume()
+        emit_ring(obj.programs["emit"], 3, first_seq=50)
+        rb.consume()
+    assert all(isinstance(v, memoryview) and v.readonly and len(v) == 24 for v in kept)
+    assert [rb_event(v)[0] for v in kept] == [5, 6, 7, 50, 51, 52]
+
+
+def test_discarded_records_are_skipped(obj: BPFObject) -> None:
+    seen: list[int] = []
+    with RingBuffer(obj.maps["rb"], lambda d: seen.append(rb_event(d)[0])) as rb:
+        emit_ring(obj.programs["emit"], 30, discard_every=3)
+        assert rb.consume() == 20
+    assert seen == [i for i in range(30) if i % 3 != 2]
+
+
+def test_no_wakeup_does_not_wake_a_blocked_poll_and_force_wakeup_does(obj: BPFObject) -> None:
+    seen: list[int] = []
+    result: list[object] = []
+    with RingBuffer(obj.maps["rb"], lambda d: seen.append(rb_event(d)[0])) as rb:
+        assert rb.poll(0) == 0  # settle the epoll ready lists on an empty ring
+        started = threading.Event()
+
+        def reader() -> None:
+            started.set()
+            result.append(rb.poll(-1))
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        started.wait()
+        time.sleep(0.05)  # let the reader block in epoll_wait
+        emit_ring(obj.programs["emit"], 1, first_seq=1, flags=lib.BPF_RB_NO_WAKEUP)
+        thread.join(0.3)
+        assert thread.is_alive(), "a BPF_RB_NO_WAKEUP submit woke the poller"
+        emit_ring(obj.programs["emit"], 1, first_seq=2, flags=lib.BPF_RB_FORCE_WAKEUP)
+        thread.join(5)
+        assert not thread.is_alive(), "BPF_RB_FORCE_WAKEUP did not wake the poller"
+    assert result == [2] and seen == [1, 2]
+
+
+def test_several_rings_in_one_poller(obj: BPFObject) -> None:
+    first: list[tuple[int, int, int]] = []
+    second: list[tuple[int, int, int]] = []
+    with RingBuffer(obj.maps["rb"], lambda d: first.append(rb_event(d))) as rb:
+        rb.add(obj.maps["rb2"], lambda d: second.append(rb_event(d)))
+        emit_ring(obj.programs["emit"], 4, first_seq=0, target=0)
+        emit_ring(obj.programs["emit"], 3, first_seq=100, target=1)
+        total = 0
+        while total < 7:
+            total += rb.poll(1000)
+    assert [e[0] for e in first] == [0, 1, 2, 3] and {e[2] for e in first} == {0}
+    assert [e[0] for e in second] == [100, 101, 102] and {e[2] for e in second} == {1}
+
+
+def test_callback_exception_stops_the_call_and_loses_nothing(obj: BPFObject) -> None:
+    seen: list[int] = []
+
+    def callback(data: memoryview) -> None:
+        seq = rb_event(data)[0]
+        seen.append(seq)
+        if seq == 4:
+            raise RuntimeError("boom at 4")
+
+    with RingBuffer(obj.maps["rb"], callback) as rb:
+        emit_ring(obj.programs["emit"], 10)
+        with pytest.raises(RuntimeError, match="boom at 4"):
+            rb.poll(1000)
+        assert seen == [0, 1, 2, 3, 4]
+        assert rb.consume() == 5  # the rest, delivered by the next call
+    assert seen == list(range(10))
+
+
+def test_negative_return_stops_like_libbpf(obj: BPFObject) -> None:
+    seen: list[int] = []
+
+    def callback(data: memoryview) -> int:
+        seen.append(rb_event(data)[0])
+        return -1 if len(seen) == 3 else 0
+
+    with RingBuffer(obj.maps["rb"], callback) as rb:
+        emit_ring(obj.programs["emit"], 5)
+        assert rb.consume() == 3
+        assert rb.consume() == 2
+    assert seen == [0, 1, 2, 3, 4]
+
+
+def test_poll_times_out_with_zero(obj: BPFObject) -> None:
+    with RingBuffer(obj.maps["rb"], lambda d: None) as rb:
+        t0 = time.monotonic()
+        assert rb.poll(50) == 0
+        assert time.monotonic() - t0 >= 0.04
+
+
+def test_close_from_another_thread_wakes_a_blocked_poll(obj: BPFObject) -> None:
+    rb = RingBuffer(obj.maps["rb"], lambda d: None)
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        try:
+            rb.poll(-1)
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    time.sleep(0.05)
+    rb.close()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], ClosedError)
+    rb.close()  # idempotent
+    for action in (lambda: rb.poll(0), rb.consume, rb.epoll_fd, lambda: rb.add(obj.maps["rb2"], print)):
+        with pytest.raises(ClosedError):
+            action()
+
+
+def test_wrong_map_type_names_both_types(bpf_objects: dict[str, Path]) -> None:
+    with BPFObject.open(bpf_objects["perfbuf"]) as perf:
+        perf.load()
+        with pytest.raises(TypeError, match="needs a ringbuf map; map 'events' is perf_event_array"):
+            RingBuffer(perf.maps["events"], lambda d: None)
+
+
+def test_bad_arguments(obj: BPFObject) -> None:
+    with pytest.raises(TypeError, match="callback must be callable"):
+        RingBuffer(obj.maps["rb"], "not callable")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="needs a Map"):
+        RingBuffer(3, print)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_batch"):
+        RingBuffer(obj.maps["rb"], print, max_batch=0)
+
+
+def test_unloaded_map_is_refused(bpf_objects: dict[str, Path]) -> None:
+    with BPFObject.open(bpf_objects["ringbuf"]) as obj, pytest.raises(OSError, match="not created"):
+        RingBuffer(obj.maps["rb"], print)

@@ -1,0 +1,70 @@
+"""Compile BPF C programs (*.bpf.c) into CO-RE objects with clang-19.
+
+Usage: python tools/build_bpf.py SRC_DIR OUT_DIR
+
+vmlinux.h is generated once per OUT_DIR from the running kernel's BTF
+(/sys/kernel/btf/vmlinux) with bpftool; libbpf's BPF-side headers
+(bpf_helpers.h, bpf_core_read.h, ...) come from the pinned libbpf build.
+An object is rebuilt only when its source (or a header beside it) is newer.
+Used by the test setup (tests/bpf) and the package build (csrc/bpf).
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LIBBPF_INCLUDE = ROOT / "vendor" / "libbpf" / "build" / "install" / "include"
+VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
+_ARCH = {"x86_64": "x86", "aarch64": "arm64", "s390x": "s390", "ppc64le": "powerpc"}
+
+
+def clang() -> str:
+    for name in ("clang-19", "clang"):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise RuntimeError("clang-19 not found: run `make setup` (it installs the clang-19 package)")
+
+
+def vmlinux_h(out_dir: Path) -> Path:
+    """Generate OUT_DIR/vmlinux.h from the kernel's BTF (once)."""
+    header = out_dir / "vmlinux.h"
+    if not header.exists():
+        if not VMLINUX_BTF.exists():
+            raise RuntimeError(f"{VMLINUX_BTF} is missing: this kernel has no BTF, CO-RE programs cannot build")
+        bpftool = shutil.which("bpftool") or "/usr/sbin/bpftool"
+        text = subprocess.run([bpftool, "btf", "dump", "file", str(VMLINUX_BTF), "format", "c"],
+                              check=True, capture_output=True, text=True).stdout
+        tmp = header.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(header)
+    return header
+
+
+def build(src_dir: Path, out_dir: Path) -> list[Path]:
+    """Compile every SRC_DIR/*.bpf.c into OUT_DIR/*.bpf.o; returns the object paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    vmlinux_h(out_dir)
+    headers = list(src_dir.glob("*.h"))
+    arch = _ARCH.get(platform.machine(), platform.machine())
+    objects = []
+    for src in sorted(src_dir.glob("*.bpf.c")):
+        obj = out_dir / (src.name[:-2] + ".o")
+        newest = max([src.stat().st_mtime] + [h.stat().st_mtime for h in headers])
+        if not obj.exists() or obj.stat().st_mtime < newest:
+            subprocess.run([clang(), "-g", "-O2", "-target", "bpf", f"-D__TARGET_ARCH_{arch}",
+                            "-Wall", "-Werror", "-Wno-unused-function",
+                            f"-I{out_dir}", f"-I{src_dir}", f"-I{LIBBPF_INCLUDE}",
+                            "-c", str(src), "-o", str(obj)], check=True)
+        objects.append(obj)
+    return objects
+
+
+if __name__ == "__main__":
+    for path in build(Path(sys.argv[1]), Path(sys.argv[2])):
+        print(path)
