@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ._ffi import ffi, lib
 from ._version import __version__
+from ._reader import Batch
 from .errors import BPFError, ClosedError, LoadError
 from .object import BPFObject, Link, Map, Program, TestRun
 from .perfbuf import PerfBuffer
@@ -23,6 +24,7 @@ def libbpf_version() -> str:
 
 __all__ = [
     "BPFError",
+    "Batch",
     "BPFObject",
     "ClosedError",
     "Link",

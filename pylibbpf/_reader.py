@@ -13,7 +13,7 @@ import abc
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import _libbpf
@@ -24,10 +24,14 @@ CData = Any
 
 
 class Batch:
-    """Records copied out of a ``plb_batch``: one bytes object plus per-record offsets.
+    """Records drained from the kernel in one C call, copied out as one ``bytes`` object.
 
-    ``view(i)`` is a read-only memoryview of record ``i``; it keeps the batch's
-    bytes alive, so it stays valid for as long as the caller holds it.
+    ``len(batch)`` records; ``batch[i]`` and iteration give read-only memoryviews
+    of each record; ``batch.tags[i]`` is the record's ring index (ring buffers)
+    or CPU (perf buffers). The views keep the batch's bytes alive, so they stay
+    valid for as long as they are held; the kernel ring was released when the
+    batch was made. ``to_numpy(event_def)`` parses every record at once into a
+    structured array (no Python loop; numpy required).
     """
 
     __slots__ = ("blob", "lens", "lost", "next", "starts", "tags", "view")
@@ -38,12 +42,68 @@ class Batch:
         self.view = memoryview(self.blob)
         self.starts: list[int] = ffi.unpack(batch.start, n)
         self.lens: list[int] = ffi.unpack(batch.len, n)
-        self.tags: list[int] = ffi.unpack(batch.tag, n) if with_tags else []
-        self.lost: list[int] = ffi.unpack(batch.lost, n) if with_tags else []
-        self.next = 0  # index of the first record not delivered yet
+        self.tags: list[int] = ffi.unpack(batch.tag, n) if with_tags else [0] * n
+        self.lost: list[int] = ffi.unpack(batch.lost, n) if with_tags else [0] * n
+        self.next = 0  # index of the first record not delivered yet (callback paths)
+
+    @classmethod
+    def empty(cls) -> Batch:
+        batch = cls.__new__(cls)
+        batch.blob, batch.view = b"", memoryview(b"")
+        batch.starts, batch.lens, batch.tags, batch.lost = [], [], [], []
+        batch.next = 0
+        return batch
+
+    def rest(self) -> Batch:
+        """The records not delivered yet, as a batch of their own (shares the bytes)."""
+        if self.next:
+            k = self.next
+            self.starts, self.lens = self.starts[k:], self.lens[k:]
+            self.tags, self.lost = self.tags[k:], self.lost[k:]
+            self.next = 0
+        return self
 
     def __len__(self) -> int:
         return len(self.starts) - self.next
+
+    def __getitem__(self, i: int) -> memoryview:
+        start = self.starts[i]
+        return self.view[start:start + self.lens[i]]
+
+    def __iter__(self) -> Iterator[memoryview]:
+        view = self.view
+        for start, length in zip(self.starts, self.lens):
+            yield view[start:start + length]
+
+    def to_numpy(self, event_def: Any) -> Any:
+        """All records parsed by ``event_def`` into a numpy structured array, without a Python loop.
+
+        Records shorter than the event raise ValueError (naming the event and
+        both sizes); longer ones (perf padding) are cut. Lost-sample notices
+        must not be in the batch (PerfBuffer batches keep them in ``lost``).
+        """
+        import numpy as np
+
+        dtype = event_def.numpy_dtype()
+        size = int(event_def.size)
+        n = len(self.starts)
+        if n == 0:
+            return np.empty(0, dtype=dtype)
+        lens = np.asarray(self.lens, dtype=np.int64)
+        if int(lens.min()) < size:
+            raise ValueError(f"{event_def.name}: a record of {int(lens.min())} bytes is shorter than "
+                             f"the event's {size} bytes")
+        starts = np.asarray(self.starts, dtype=np.int64)
+        raw = np.frombuffer(self.blob, dtype=np.uint8)
+        steps = np.diff(starts)
+        if n == 1 or (steps.min() == steps.max() and int(steps[0]) >= size):
+            # evenly spaced records (the common case): a strided view, then one copy
+            stride = int(steps[0]) if n > 1 else size
+            view = np.ndarray(shape=(n,), dtype=dtype, buffer=self.blob, offset=int(starts[0]),
+                              strides=(stride,))
+            return view.copy()
+        gathered = raw[starts[:, None] + np.arange(size)[None, :]]
+        return gathered.reshape(-1).view(dtype)
 
 
 def remaining_ms(deadline: float | None) -> int:

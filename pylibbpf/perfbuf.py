@@ -121,6 +121,23 @@ class PerfBuffer(Closable):
         self._check_open()
         return _libbpf.perf_buffer__epoll_fd(self._pb)
 
+    def read_batch(self, timeout_ms: int = -1) -> Batch:
+        """Wait up to ``timeout_ms`` (-1: forever) and return everything drained in one C call.
+
+        The fast path: no callback is called; the batch (empty on timeout) holds
+        copies, valid as long as it is referenced. Records left by an earlier
+        callback stop come first.
+        """
+        self._check_open()
+        if self._pending is None:
+            with self._lock:
+                self._check_open()
+                if not self._wait(timeout_ms):
+                    return Batch.empty()
+                self._drain()
+        batch, self._pending = self._pending, None
+        return batch.rest() if batch is not None else Batch.empty()
+
     def _drain(self) -> None:
         lib.plb_batch_reset(self._batch)
         ret = lib.perf_buffer__consume(self._pb)
