@@ -9,9 +9,18 @@ classes do not wrap.
 from __future__ import annotations
 
 from ._ffi import ffi, lib
-from ._version import __version__
 from ._reader import Batch
+from ._version import __version__
+from .asm import Insn, load_program, store_event_field, store_event_fields, store_event_imm, zero_event_field
 from .errors import BPFError, ClosedError, LoadError
+from .events import (
+    EventDef,
+    defevent,
+    make_event_def,
+    make_event_handler,
+    make_event_parser,
+    make_event_serializer,
+)
 from .object import BPFObject, Link, Map, Program, TestRun
 from .perfbuf import PerfBuffer
 from .ringbuf import RingBuffer
@@ -24,9 +33,11 @@ def libbpf_version() -> str:
 
 __all__ = [
     "BPFError",
-    "Batch",
     "BPFObject",
+    "Batch",
     "ClosedError",
+    "EventDef",
+    "Insn",
     "Link",
     "LoadError",
     "Map",
@@ -35,7 +46,17 @@ __all__ = [
     "RingBuffer",
     "TestRun",
     "__version__",
+    "defevent",
     "ffi",
     "lib",
     "libbpf_version",
+    "load_program",
+    "make_event_def",
+    "make_event_handler",
+    "make_event_parser",
+    "make_event_serializer",
+    "store_event_field",
+    "store_event_fields",
+    "store_event_imm",
+    "zero_event_field",
 ]

@@ -303,3 +303,31 @@ def plb_waiter_init(waiter: CData, fd: int, what: str) -> None:
 
 def plb_waiter_add(waiter: CData, fd: int, what: str) -> None:
     check(lib.plb_waiter_add(waiter, fd), what)
+
+
+# --- btf -----------------------------------------------------------------------------------------
+
+def btf__find_by_name_kind(btf: CData, name: str, kind: int) -> int:
+    """The type id, or a negative value when there is no such type (not an error here)."""
+    return int(lib.btf__find_by_name_kind(btf, name.encode(), kind))
+
+
+def btf__type_by_id(btf: CData, type_id: int, what: str) -> CData:
+    return check_ptr(lib.btf__type_by_id(btf, type_id), what)
+
+
+def btf__name_by_offset(btf: CData, offset: int) -> str:
+    return string(lib.btf__name_by_offset(btf, offset))
+
+
+def btf__resolve_type(btf: CData, type_id: int, what: str) -> int:
+    """Skip typedefs and modifiers (const, volatile, restrict, type tags)."""
+    return check(lib.btf__resolve_type(btf, type_id), what)
+
+
+def btf__resolve_size(btf: CData, type_id: int, what: str) -> int:
+    return check(lib.btf__resolve_size(btf, type_id), what)
+
+
+def btf__type_cnt(btf: CData) -> int:
+    return int(lib.btf__type_cnt(btf))

@@ -209,6 +209,32 @@ class Program:
         else:
             self.name, self.section, self._type = "", "", -1
 
+    @classmethod
+    def _load_raw(cls, insns: bytes, prog_type: int | str, license: str, name: str | None) -> Program:
+        """Load raw instructions (``bpf_prog_load``); see :func:`pylibbpf.asm.load_program`."""
+        if isinstance(prog_type, str):
+            type_id = getattr(lib, f"BPF_PROG_TYPE_{prog_type.upper()}", None)
+            if type_id is None:
+                raise ValueError(f"unknown program type {prog_type!r}")
+        else:
+            type_id = prog_type
+        label = name or "asm_prog"
+        what = f"bpf_prog_load({label})"
+        log_size = 1 << 20
+        log = ffi.new("char[]", log_size)
+        opts = ffi.new("struct bpf_prog_load_opts *")
+        opts.sz = ffi.sizeof("struct bpf_prog_load_opts")
+        opts.log_buf = log
+        opts.log_size = log_size
+        if type_id == lib.BPF_PROG_TYPE_SYSCALL:
+            opts.prog_flags = lib.BPF_F_SLEEPABLE  # the kernel only takes sleepable syscall programs
+        cname, clicense = _libbpf.cstr(label[:15]), _libbpf.cstr(license)
+        code = ffi.from_buffer("struct bpf_insn[]", insns)
+        fd = _libbpf.bpf_prog_load(type_id, cname, clicense, code, len(insns) // 8, opts, what)
+        prog = cls(None, None, fd)
+        prog.name, prog._type = label, int(type_id)
+        return prog
+
     def _check(self) -> CData:
         if self._obj is not None:
             self._obj._check()
