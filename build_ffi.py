@@ -30,12 +30,20 @@ CDEFS = [
     "cdef/libbpf_types.h",    # libbpf's structs, enums, callback types (generated)
     "cdef/libbpf_api.h",      # libbpf.h, bpf.h, btf.h functions (generated)
     "cdef/shim.h",            # batch collector, waiter, logging
+    "cdef/shim_ringbuf.h",    # BPF ring buffer walker and mmap
+    "cdef/shim_queue.h",      # bounded queue and native reader thread (after shim_ringbuf.h)
+    "cdef/shim_merge.h",      # ordered k-way merge over perf rings and ring buffers
 ]
 # C shim sources compiled into the same extension.
 SOURCES = [
     "csrc/plb_batch.c",
     "csrc/plb_wait.c",
     "csrc/plb_log.c",
+    "csrc/plb_ringbuf.c",
+    "csrc/plb_queue.c",
+    "csrc/plb_reader.c",
+    "csrc/plb_perfring.c",
+    "csrc/plb_merge.c",
 ]
 
 
@@ -59,7 +67,9 @@ def ensure_libbpf() -> None:
     subprocess.run([str(LIBBPF / "build.sh")], check=True)
 
 
-def make_builder() -> FFI:
+def make_builder(relative_sources: bool = True) -> FFI:
+    """The FFI builder. setuptools wants source paths relative to the project;
+    ``FFI.compile()`` runs in its tmpdir and needs them absolute."""
     os.chdir(ROOT)
     ensure_libbpf()
     ffibuilder = FFI()
@@ -77,7 +87,7 @@ def make_builder() -> FFI:
         const char *plb_package_version(void) {{ return "{version}"; }}
         const char *plb_libbpf_release(void) {{ return "{libbpf_release()}"; }}
         """,
-        sources=SOURCES,  # setuptools wants paths relative to the project
+        sources=SOURCES if relative_sources else [str(ROOT / src) for src in SOURCES],
         include_dirs=[str(INSTALL / "include"), str(ROOT / "csrc")],
         extra_objects=[str(INSTALL / "lib" / "libbpf.a")],
         libraries=["elf", "z"],
@@ -90,7 +100,7 @@ def make_builder() -> FFI:
 ffibuilder = make_builder()
 
 if __name__ == "__main__":
-    ffibuilder.compile(tmpdir=str(ROOT / "build" / "cffi"), verbose=False, target=None)
+    make_builder(relative_sources=False).compile(tmpdir=str(ROOT / "build" / "cffi"), verbose=False)
     # compile() writes the module under tmpdir/pylibbpf/; it replaces any earlier
     # build in the package (an editable install may have left an abi3 variant).
     built = sorted((ROOT / "build" / "cffi" / "pylibbpf").glob("_pylibbpf_cffi*.so"))

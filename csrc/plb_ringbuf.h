@@ -66,9 +66,10 @@ uint64_t plb_rb_available(const struct plb_rb_view *v);
  * just past the last record or discard walked; consume == 0: a peek, the
  * consumer position is left unchanged (so two peeks return the same data).
  * Returns n >= 0, or, only when no record was copied:
- *   -EBADMSG   the head is corrupt (see PLB_RB_CORRUPT); nothing consumed;
+ *   -EBADMSG   the head is corrupt (see PLB_RB_CORRUPT); no record consumed;
  *   -EMSGSIZE  the head record alone is larger than out_cap: *out_used is set
  *              to its length so the caller can retry with a bigger buffer;
+ *              it stays in the ring (discards before it may be consumed);
  *   -EINVAL    a NULL argument where one is needed.
  * A failure after n > 0 records returns n; the next call reports it. */
 int plb_rb_read(struct plb_rb_view *v, uint8_t *out, size_t out_cap,

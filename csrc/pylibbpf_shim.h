@@ -8,6 +8,9 @@
 #include "plb_batch.h"
 #include "plb_wait.h"
 #include "plb_ringbuf.h"
+#include "plb_queue.h"
+#include "plb_reader.h"
+#include "plb_merge.h"
 
 /* Defined by CFFI (extern "Python+C" in cdef/shim.h): logs one libbpf message. */
 void plb_py_log(int level, const char *msg);

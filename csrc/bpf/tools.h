@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* What the bundled tools (exec, exit, open) share: the load-time configuration,
+ * the in-kernel filters and the two output paths.
+ *
+ * The configuration is one `const volatile` struct in .rodata, written by the
+ * `pylibbpf` command before the object is loaded: the verifier then sees the
+ * values as constants and prunes the filters and the unused output path. It
+ * must stay the only .rodata variable (the command checks that the section's
+ * size is sizeof(struct tool_config)). */
+#ifndef PYLIBBPF_TOOLS_H
+#define PYLIBBPF_TOOLS_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+
+#define TASK_COMM_LEN 16
+#define TOOL_PATH_LEN 256
+
+struct tool_config {
+	__u32 target_tgid;		/* only this process (0: every process) */
+	__u32 exclude_tgid;		/* never this process: the tracer itself */
+	char target_comm[TASK_COMM_LEN];	/* only this command name ("": every name) */
+	__u8 use_perf;			/* 1: write to events_perf, 0: to the events ring buffer */
+	__u8 _pad[7];
+};
+
+const volatile struct tool_config cfg = {};
+
+/* The default output: a BPF ring buffer (one ring shared by every CPU). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} events SEC(".maps");
+
+/* The --ordered output: one perf ring per CPU, merged by timestamp in user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} events_perf SEC(".maps");
+
+/* True when the current task passes the --pid / --comm filters. */
+static __always_inline bool tool_wanted(__u32 tgid)
+{
+	char comm[TASK_COMM_LEN];
+
+	if (cfg.exclude_tgid && tgid == cfg.exclude_tgid)
+		return false;
+	if (cfg.target_tgid && tgid != cfg.target_tgid)
+		return false;
+	if (!cfg.target_comm[0])
+		return true;
+	bpf_get_current_comm(comm, sizeof(comm));
+	for (int i = 0; i < TASK_COMM_LEN; i++) {
+		if (comm[i] != cfg.target_comm[i])
+			return false;
+		if (!comm[i])
+			break;
+	}
+	return true;
+}
+
+/* Write one event to the output chosen at load time. A full ring drops the
+ * event: the ring buffer's drop is invisible here, the perf ring counts it as
+ * lost and user space reports it. */
+static __always_inline void tool_emit(void *ctx, void *event, __u64 size)
+{
+	if (cfg.use_perf)
+		bpf_perf_event_output(ctx, &events_perf, BPF_F_CURRENT_CPU, event, size);
+	else
+		bpf_ringbuf_output(&events, event, size, 0);
+}
+
+#endif /* PYLIBBPF_TOOLS_H */

@@ -1,0 +1,767 @@
+/* plb_merge.c - the ordered k-way merge core (see plb_merge.h and
+ * shared/ORDERING.md for the rule). */
+#include "plb_merge.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* One source: its ring cursor, its head (if any) and what the rule needs. */
+struct plb_msrc {
+	uint32_t kind;
+	struct plb_perfring pr;   /* PLB_SRC_PERF */
+	struct plb_rb_view rb;    /* PLB_SRC_RINGBUF (our copy) */
+	uint64_t rb_pos;          /* ringbuf: local consumer position */
+	uint64_t rb_committed;    /* ringbuf: last released consumer_pos */
+	uint64_t size;            /* ring data size */
+	uint64_t press_thr;       /* fill above this = under pressure */
+
+	/* The head, valid while in_heap: a position in the ring, not a copy. */
+	int in_heap;
+	uint64_t head_ts;
+	uint64_t head_at;         /* perf: ring position of the payload */
+	const uint8_t *head_ptr;  /* ringbuf: the payload (never wraps there) */
+	uint64_t head_next;       /* ring position just past the record */
+	uint32_t head_len;        /* payload bytes */
+
+	int have_prev;
+	uint64_t prev_ts;         /* ts of the last record taken (inversions) */
+	uint64_t max_ts;          /* largest ts taken: the floor of the frontier */
+	int pressured;
+};
+
+struct plb_merge {
+	struct plb_merge_config cfg; /* normalised: clock and permille set */
+	uint32_t raw_off;            /* perf sample: offset of u32 raw_size */
+	uint32_t time_off;           /* perf sample: offset of PERF_SAMPLE_TIME */
+	uint32_t n;
+	struct plb_msrc *src;
+	uint32_t *heap;              /* source indices, keyed by (head_ts, index) */
+	uint32_t nheap;
+	uint32_t npressured;         /* sources in the heap under pressure */
+	int have_emitted;
+	uint64_t last_emitted;       /* largest ts emitted so far */
+	uint64_t deadline;
+	struct plb_merge_stats st;
+};
+
+/* What one drain is writing into. */
+struct plb_drain_ctx {
+	struct plb_merge_out *out;
+	uint32_t max;
+	uint32_t n;
+	uint64_t used;
+	uint64_t cap;
+	int full;      /* stopped for room: more may be emittable now */
+	int nospace;   /* a payload larger than the whole buffer */
+};
+
+#define PLB_ALIGN8(x) (((x) + 7) & ~(uint64_t)7)
+
+static uint64_t clock_ns(clockid_t id)
+{
+	struct timespec ts;
+
+	if (clock_gettime(id, &ts))
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t plb_clock_monotonic(void *ctx)
+{
+	(void)ctx;
+	return clock_ns(CLOCK_MONOTONIC);
+}
+
+uint64_t plb_clock_boottime(void *ctx)
+{
+	(void)ctx;
+	return clock_ns(CLOCK_BOOTTIME);
+}
+
+int plb_merge_source_perf(struct plb_merge_source *src, void *base, size_t size)
+{
+	struct perf_event_mmap_page *page = base;
+	uint64_t off, dsize;
+
+	if (!src || !base)
+		return -EINVAL;
+	/* data_offset/data_size are set by the kernel at mmap time and constant
+	 * afterwards: plain reads. */
+	off = page->data_offset;
+	dsize = page->data_size;
+	if (!off) {
+		long psz = sysconf(_SC_PAGESIZE);
+
+		off = psz > 0 ? (uint64_t)psz : 4096;
+	}
+	if (!dsize)
+		dsize = size;
+	if (!dsize || (dsize & (dsize - 1)) || (size && dsize > size))
+		return -EINVAL;
+	memset(src, 0, sizeof(*src));
+	src->kind = PLB_SRC_PERF;
+	src->page = page;
+	src->data = (uint8_t *)base + off;
+	src->data_size = dsize;
+	return 0;
+}
+
+/* ---- the heap: at most one head per source, keyed by (ts, index) ---- */
+
+static int head_less(const struct plb_merge *m, uint32_t a, uint32_t b)
+{
+	uint64_t ta = m->src[a].head_ts, tb = m->src[b].head_ts;
+
+	return ta < tb || (ta == tb && a < b);
+}
+
+static void heap_sift_up(struct plb_merge *m, uint32_t k)
+{
+	uint32_t x = m->heap[k];
+
+	while (k > 0) {
+		uint32_t p = (k - 1) / 2;
+
+		if (!head_less(m, x, m->heap[p]))
+			break;
+		m->heap[k] = m->heap[p];
+		k = p;
+	}
+	m->heap[k] = x;
+}
+
+static void heap_sift_down(struct plb_merge *m, uint32_t k)
+{
+	uint32_t x = m->heap[k];
+
+	for (;;) {
+		uint32_t c = 2 * k + 1;
+
+		if (c >= m->nheap)
+			break;
+		if (c + 1 < m->nheap && head_less(m, m->heap[c + 1], m->heap[c]))
+			c++;
+		if (!head_less(m, m->heap[c], x))
+			break;
+		m->heap[k] = m->heap[c];
+		k = c;
+	}
+	m->heap[k] = x;
+}
+
+static void heap_push(struct plb_merge *m, uint32_t i)
+{
+	m->heap[m->nheap++] = i;
+	heap_sift_up(m, m->nheap - 1);
+}
+
+static void heap_pop(struct plb_merge *m)
+{
+	m->heap[0] = m->heap[--m->nheap];
+	if (m->nheap)
+		heap_sift_down(m, 0);
+}
+
+/* ---- per-source ring access ---- */
+
+/* Bytes the producer has published and we have not taken. For a perf ring
+ * this uses the head acquire-loaded by the last refresh; for a ring buffer it
+ * loads producer_pos now (relaxed: only a size, no data is read through it). */
+static uint64_t src_fill(const struct plb_msrc *s)
+{
+	if (s->kind == PLB_SRC_PERF)
+		return plb_perfring_pending(&s->pr);
+	return __atomic_load_n(s->rb.producer_pos, __ATOMIC_RELAXED) - s->rb_pos;
+}
+
+static void update_pressure(struct plb_merge *m, struct plb_msrc *s)
+{
+	int p = s->in_heap && s->press_thr != UINT64_MAX &&
+		src_fill(s) > s->press_thr;
+
+	if (p != s->pressured) {
+		s->pressured = p;
+		if (p)
+			m->npressured++;
+		else
+			m->npressured--;
+	}
+}
+
+/* Append a PERF_RECORD_LOST entry; 0 if the output has no slot left. */
+static int out_lost(struct plb_drain_ctx *c, uint32_t i, uint64_t lost)
+{
+	struct plb_merge_out *o = c->out;
+
+	if (c->n >= c->max) {
+		c->full = 1;
+		return 0;
+	}
+	o->ring[c->n] = i;
+	o->ts[c->n] = lost;
+	o->flags[c->n] = PLB_MERGE_F_LOST;
+	o->start[c->n] = 0; /* no payload */
+	o->len[c->n] = 0;
+	c->n++;
+	return 1;
+}
+
+static void note_head(struct plb_merge *m, struct plb_msrc *s, uint64_t ts)
+{
+	s->head_ts = ts;
+	/* The same ring going back in time: an interrupt or a nested program
+	 * wrote out of order on one CPU. The merge cannot fix it, only count it. */
+	if (s->have_prev && ts < s->prev_ts)
+		m->st.inversions++;
+}
+
+/* Parse the PERF_RECORD_SAMPLE at rec into s's head; 0 if malformed. The
+ * record lies below the acquire-loaded head, so plain reads are safe. */
+static int perf_sample_head(struct plb_merge *m, struct plb_msrc *s,
+			    const struct plb_perf_rec *rec)
+{
+	uint32_t raw_size;
+	uint64_t ts, raw_at;
+
+	if ((uint64_t)m->raw_off + sizeof(raw_size) > rec->size)
+		return 0;
+	plb_perfring_read(&s->pr, rec->pos + m->raw_off, &raw_size, sizeof(raw_size));
+	if ((uint64_t)m->raw_off + sizeof(raw_size) + raw_size > rec->size)
+		return 0;
+	raw_at = rec->pos + m->raw_off + sizeof(raw_size);
+	if (m->cfg.ts_mode == PLB_TS_KERNEL) {
+		plb_perfring_read(&s->pr, rec->pos + m->time_off, &ts, sizeof(ts));
+	} else {
+		if ((uint64_t)m->cfg.ts_offset + sizeof(ts) > raw_size)
+			return 0;
+		/* Unaligned and possibly wrapping: a wrap-aware memcpy. */
+		plb_perfring_read(&s->pr, raw_at + m->cfg.ts_offset, &ts, sizeof(ts));
+	}
+	s->head_at = raw_at;
+	s->head_len = raw_size;
+	s->head_next = rec->pos + rec->size;
+	note_head(m, s, ts);
+	return 1;
+}
+
+/* Find s's next head, consuming LOST (as output entries) and malformed
+ * records on the way. 1: head set; 0: nothing (more) visible; -1: a LOST
+ * record needs an output slot that is not there. */
+static int fill_head_perf(struct plb_merge *m, struct plb_msrc *s, uint32_t i,
+			  struct plb_drain_ctx *c)
+{
+	struct plb_perf_rec rec;
+	int ret;
+
+	for (;;) {
+		ret = plb_perfring_peek_header(&s->pr, &rec);
+		if (ret == PLB_PR_EMPTY)
+			return 0;
+		if (ret != PLB_PR_RECORD) {
+			/* A size that is not a record: nothing after it can be
+			 * found, so give the rest up to head back to the kernel. */
+			m->st.malformed++;
+			plb_perfring_skip_to_head(&s->pr);
+			return 0;
+		}
+		if (rec.type == PERF_RECORD_SAMPLE) {
+			if (perf_sample_head(m, s, &rec))
+				return 1;
+			m->st.malformed++;
+		} else if (rec.type == PERF_RECORD_LOST) {
+			/* {header, u64 id, u64 lost, sample_id}: no timestamp,
+			 * so it never waits; delivered where it is found. */
+			uint64_t lost;
+
+			if (rec.size < sizeof(struct perf_event_header) + 2 * sizeof(uint64_t)) {
+				m->st.malformed++;
+			} else {
+				plb_perfring_read(&s->pr,
+						  rec.pos + sizeof(struct perf_event_header) +
+							  sizeof(uint64_t),
+						  &lost, sizeof(lost));
+				if (!out_lost(c, i, lost))
+					return -1;
+				m->st.lost_records++;
+				m->st.lost_samples += lost;
+			}
+		} else {
+			m->st.malformed++;
+		}
+		plb_perfring_advance(&s->pr, &rec);
+	}
+}
+
+static int fill_head_rb(struct plb_merge *m, struct plb_msrc *s)
+{
+	for (;;) {
+		const void *data;
+		uint32_t len;
+		uint64_t next, ts;
+		/* plb_rb_peek acquire-loads producer_pos and the record header:
+		 * this is where the ring is re-checked. */
+		int ret = plb_rb_peek(&s->rb, s->rb_pos, &data, &len, &next);
+
+		switch (ret) {
+		case PLB_RB_EMPTY:
+		case PLB_RB_BUSY: /* being written: it blocks what follows */
+			return 0;
+		case PLB_RB_DISCARD:
+			s->rb_pos = next;
+			continue;
+		case PLB_RB_RECORD:
+			if ((uint64_t)m->cfg.ts_offset + sizeof(ts) > len) {
+				m->st.malformed++;
+				s->rb_pos = next;
+				continue;
+			}
+			memcpy(&ts, (const uint8_t *)data + m->cfg.ts_offset, sizeof(ts));
+			s->head_ptr = data;
+			s->head_len = len;
+			s->head_next = next;
+			note_head(m, s, ts);
+			return 1;
+		default:
+			/* A length that cannot fit: resynchronise at the producer
+			 * position, a record boundary. */
+			m->st.malformed++;
+			s->rb_pos = __atomic_load_n(s->rb.producer_pos, __ATOMIC_ACQUIRE);
+			return 0;
+		}
+	}
+}
+
+static int fill_head(struct plb_merge *m, uint32_t i, struct plb_drain_ctx *c)
+{
+	struct plb_msrc *s = &m->src[i];
+
+	if (s->kind == PLB_SRC_PERF)
+		return fill_head_perf(m, s, i, c);
+	return fill_head_rb(m, s);
+}
+
+/* The frontier of an empty source: nothing it publishes later can be older
+ * than clk - L (clk read before its producer position was re-checked), nor,
+ * if it keeps its own order, older than what we already took from it. */
+static uint64_t empty_frontier(const struct plb_merge *m, const struct plb_msrc *s,
+			       uint64_t clk)
+{
+	uint64_t f = clk > m->cfg.window_ns ? clk - m->cfg.window_ns : 0;
+
+	if (s->have_prev && s->max_ts > f)
+		f = s->max_ts;
+	return f;
+}
+
+/* The head of s has been delivered or dropped: move past it locally. The
+ * ring's consumer position is released only at the end of the drain, after
+ * the copy, so the kernel cannot reuse the bytes while we read them. */
+static void take_head(struct plb_msrc *s)
+{
+	uint64_t ts = s->head_ts;
+
+	if (s->kind == PLB_SRC_PERF)
+		s->pr.tail = s->head_next;
+	else
+		s->rb_pos = s->head_next;
+	if (!s->have_prev || ts > s->max_ts)
+		s->max_ts = ts;
+	s->prev_ts = ts;
+	s->have_prev = 1;
+}
+
+/* Emit the head of source i. 1: taken; -1: no room in the output. */
+static int emit_head(struct plb_merge *m, uint32_t i, int forced,
+		     struct plb_drain_ctx *c)
+{
+	struct plb_msrc *s = &m->src[i];
+	struct plb_merge_out *o = c->out;
+	uint64_t ts = s->head_ts, off;
+	int late = m->have_emitted && ts < m->last_emitted;
+	uint32_t fl = 0;
+
+	if (late && m->cfg.late_policy == PLB_LATE_DROP) {
+		m->st.late_events++;
+		if (m->last_emitted - ts > m->st.max_lateness_ns)
+			m->st.max_lateness_ns = m->last_emitted - ts;
+		m->st.dropped_late++;
+		take_head(s);
+		return 1;
+	}
+	off = PLB_ALIGN8(c->used);
+	if (c->n >= c->max || off + s->head_len > c->cap) {
+		c->full = 1;
+		if (s->head_len > c->cap) {
+			c->nospace = 1;
+			o->need = s->head_len;
+		}
+		return -1;
+	}
+	/* Copy out of the ring (two pieces if the payload wraps a perf ring). */
+	if (s->kind == PLB_SRC_PERF)
+		plb_perfring_read(&s->pr, s->head_at, o->buf + off, s->head_len);
+	else
+		memcpy(o->buf + off, s->head_ptr, s->head_len);
+	if (late) {
+		fl |= PLB_MERGE_F_LATE;
+		m->st.late_events++;
+		if (m->last_emitted - ts > m->st.max_lateness_ns)
+			m->st.max_lateness_ns = m->last_emitted - ts;
+	}
+	if (forced) {
+		fl |= PLB_MERGE_F_FORCED;
+		m->st.forced_flushes++;
+	}
+	o->ring[c->n] = i;
+	o->ts[c->n] = ts;
+	o->flags[c->n] = fl;
+	o->start[c->n] = (uint32_t)off;
+	o->len[c->n] = s->head_len;
+	c->n++;
+	c->used = off + s->head_len;
+	m->st.emitted++;
+	if (!m->have_emitted || ts > m->last_emitted)
+		m->last_emitted = ts;
+	m->have_emitted = 1;
+	take_head(s);
+	return 1;
+}
+
+static void commit_all(struct plb_merge *m)
+{
+	uint32_t i;
+
+	for (i = 0; i < m->n; i++) {
+		struct plb_msrc *s = &m->src[i];
+
+		if (s->kind == PLB_SRC_PERF) {
+			plb_perfring_commit(&s->pr); /* release-store data_tail */
+		} else if (s->rb_pos != s->rb_committed) {
+			plb_rb_commit(&s->rb, s->rb_pos); /* release-store consumer_pos */
+			s->rb_committed = s->rb_pos;
+		}
+	}
+}
+
+/* The smallest (frontier, index) over the empty sources: every record they
+ * publish later has a key (ts, index) at or above their pair. */
+struct plb_front {
+	uint64_t ts;
+	uint32_t idx;
+};
+
+static void front_min(struct plb_front *f, uint64_t ts, uint32_t idx)
+{
+	if (ts < f->ts || (ts == f->ts && idx < f->idx)) {
+		f->ts = ts;
+		f->idx = idx;
+	}
+}
+
+/* How many passes in a row may consume records (malformed, dropped late)
+ * without writing an entry before drain returns and asks to be called again. */
+#define PLB_IDLE_PASSES 8
+
+/* When a blocked top becomes emittable with its blocking sources silent: when
+ * clock - L reaches its ts (an empty source with a higher index then no longer
+ * blocks it), or passes it (one with a lower index). */
+static uint64_t top_deadline(const struct plb_merge *m)
+{
+	uint32_t top = m->heap[0], j;
+	uint64_t ts = m->src[top].head_ts, extra = 0;
+
+	for (j = 0; j < top; j++)
+		if (!m->src[j].in_heap)
+			extra = 1;
+	/* Saturate below PLB_MERGE_NO_DEADLINE. */
+	if (m->cfg.window_ns >= UINT64_MAX - 1 - extra ||
+	    ts >= UINT64_MAX - 1 - extra - m->cfg.window_ns)
+		return UINT64_MAX - 1;
+	return ts + m->cfg.window_ns + extra;
+}
+
+int plb_merge_drain(struct plb_merge *m, struct plb_merge_out *out,
+		    uint32_t max_records, uint32_t flags)
+{
+	struct plb_drain_ctx c;
+	int all = !!(flags & PLB_MERGE_DRAIN_ALL);
+	int idle_passes = 0, more = 0;
+	uint64_t deadline;
+
+	if (!m || !out || !max_records || (!out->buf && out->buf_size) ||
+	    !out->ring || !out->ts || !out->flags || !out->start || !out->len ||
+	    (flags & ~(uint32_t)PLB_MERGE_DRAIN_ALL))
+		return -EINVAL;
+	memset(&c, 0, sizeof(c));
+	c.out = out;
+	c.max = max_records;
+	c.cap = out->buf_size > UINT32_MAX ? UINT32_MAX : out->buf_size;
+	out->need = 0;
+
+	for (;;) {
+		struct plb_front front = { UINT64_MAX, UINT32_MAX };
+		uint64_t clk;
+		uint32_t n_before = c.n, i;
+		uint64_t taken_before = m->st.emitted + m->st.dropped_late +
+					m->st.malformed;
+		int stop = 0;
+
+		/* The clock is read once per pass, before any producer position
+		 * is re-checked in it: an earlier reading only makes each empty
+		 * source's frontier smaller, never wrong. */
+		clk = m->cfg.clock(m->cfg.clock_ctx);
+		for (i = 0; i < m->n && !stop; i++) {
+			struct plb_msrc *s = &m->src[i];
+
+			if (s->kind == PLB_SRC_PERF)
+				plb_perfring_refresh(&s->pr); /* acquire data_head */
+			if (!s->in_heap) {
+				int r = fill_head(m, i, &c);
+
+				if (r > 0) {
+					s->in_heap = 1;
+					heap_push(m, i);
+				} else if (r < 0) {
+					stop = 1;
+				} else {
+					front_min(&front, empty_frontier(m, s, clk), i);
+				}
+			}
+			update_pressure(m, s);
+		}
+		while (!stop && m->nheap) {
+			uint32_t i = m->heap[0];
+			struct plb_msrc *s = &m->src[i];
+			int forced = 0, r;
+
+			/* The top's key (ts, i) must be below every empty
+			 * source's (frontier, index): ties go to the lower index,
+			 * so an empty source with a lower index and frontier ==
+			 * ts may still publish something that comes first. */
+			if (!all && (front.ts < s->head_ts ||
+				     (front.ts == s->head_ts && front.idx < i))) {
+				/* Some empty source may still publish something
+				 * that sorts first. Wait -- unless a ring is filling
+				 * up. */
+				if (!m->npressured)
+					break;
+				forced = 1;
+			}
+			if (emit_head(m, i, forced, &c) < 0)
+				break;
+			/* Next head of the same ring, from the head loaded in this
+			 * pass (for a ring buffer: loaded again now). */
+			r = fill_head(m, i, &c);
+			if (r > 0) {
+				heap_sift_down(m, 0);
+			} else {
+				heap_pop(m);
+				s->in_heap = 0;
+				if (r < 0) {
+					stop = 1;
+				} else {
+					front_min(&front, empty_frontier(m, s, clk), i);
+				}
+			}
+			update_pressure(m, s);
+		}
+		if (c.full || stop)
+			break;
+		if (c.n != n_before) {
+			idle_passes = 0;
+			continue;
+		}
+		if (m->st.emitted + m->st.dropped_late + m->st.malformed == taken_before)
+			break; /* nothing moved: the rule holds everything back */
+		if (++idle_passes >= PLB_IDLE_PASSES) {
+			more = 1;
+			break;
+		}
+	}
+
+	/* Hand the space of everything copied, skipped or dropped back to the
+	 * kernel (release stores: our reads of it are done). */
+	commit_all(m);
+
+	if (c.full || more)
+		deadline = 0;
+	else if (!m->nheap)
+		deadline = PLB_MERGE_NO_DEADLINE;
+	else
+		deadline = top_deadline(m);
+	m->deadline = deadline;
+	out->deadline_ns = deadline;
+	out->used = c.used;
+	if (c.nospace && c.n == 0)
+		return -ENOSPC;
+	return (int)c.n;
+}
+
+int plb_merge_poll_timeout_ms(struct plb_merge *m)
+{
+	uint64_t now, d;
+
+	if (m->deadline == PLB_MERGE_NO_DEADLINE)
+		return -1;
+	if (m->deadline == 0)
+		return 0;
+	now = m->cfg.clock(m->cfg.clock_ctx);
+	if (m->deadline <= now)
+		return 0;
+	d = (m->deadline - now + 999999) / 1000000;
+	return d > INT32_MAX ? INT32_MAX : (int)d;
+}
+
+uint64_t plb_merge_next_deadline(const struct plb_merge *m)
+{
+	return m->deadline;
+}
+
+uint32_t plb_merge_nsources(const struct plb_merge *m)
+{
+	return m->n;
+}
+
+void plb_merge_stats(const struct plb_merge *m, struct plb_merge_stats *st,
+		     uint64_t *backlog, uint32_t n)
+{
+	uint32_t i;
+
+	if (st)
+		*st = m->st;
+	if (!backlog)
+		return;
+	for (i = 0; i < n && i < m->n; i++) {
+		const struct plb_msrc *s = &m->src[i];
+
+		/* Acquire-load the producer position now (no data is read). */
+		if (s->kind == PLB_SRC_PERF)
+			backlog[i] = __atomic_load_n(&s->pr.page->data_head,
+						     __ATOMIC_ACQUIRE) - s->pr.tail;
+		else
+			backlog[i] = __atomic_load_n(s->rb.producer_pos,
+						     __ATOMIC_ACQUIRE) - s->rb_pos;
+	}
+}
+
+static int valid_rb_view(const struct plb_rb_view *v)
+{
+	return v && v->consumer_pos && v->producer_pos && v->data &&
+	       ((v->mask + 1) & v->mask) == 0 && v->mask + 1 != 0;
+}
+
+struct plb_merge *plb_merge_new(const struct plb_merge_config *cfg,
+				const struct plb_merge_source *srcs, uint32_t n)
+{
+	struct plb_merge *m;
+	uint64_t st;
+	uint32_t i, permille;
+
+	if (!cfg || !srcs || !n ||
+	    (cfg->ts_mode != PLB_TS_KERNEL && cfg->ts_mode != PLB_TS_OFFSET) ||
+	    (cfg->late_policy != PLB_LATE_DELIVER && cfg->late_policy != PLB_LATE_DROP)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	st = cfg->sample_type ? cfg->sample_type : PERF_SAMPLE_RAW;
+	/* Only layouts with fixed 8-byte fields before RAW can be walked. */
+	if (!(st & PERF_SAMPLE_RAW) || (st & ~(uint64_t)(PLB_MERGE_SAMPLE_FIXED | PERF_SAMPLE_RAW)) ||
+	    (cfg->ts_mode == PLB_TS_KERNEL && !(st & PERF_SAMPLE_TIME))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	for (i = 0; i < n; i++) {
+		const struct plb_merge_source *s = &srcs[i];
+
+		if (s->kind == PLB_SRC_PERF) {
+			if (!s->page || !s->data || !s->data_size ||
+			    (s->data_size & (s->data_size - 1)))
+				break;
+		} else if (s->kind == PLB_SRC_RINGBUF) {
+			if (cfg->ts_mode == PLB_TS_KERNEL || !valid_rb_view(s->rb))
+				break;
+		} else {
+			break;
+		}
+	}
+	if (i < n) {
+		errno = EINVAL;
+		return NULL;
+	}
+
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		goto nomem;
+	m->src = calloc(n, sizeof(*m->src));
+	m->heap = calloc(n, sizeof(*m->heap));
+	if (!m->src || !m->heap)
+		goto nomem;
+	m->cfg = *cfg;
+	m->cfg.sample_type = st;
+	if (!m->cfg.clock) {
+		m->cfg.clock = plb_clock_monotonic;
+		m->cfg.clock_ctx = NULL;
+	}
+	permille = cfg->pressure_permille ? cfg->pressure_permille
+					  : PLB_MERGE_DEFAULT_PRESSURE_PERMILLE;
+	m->cfg.pressure_permille = permille;
+	/* PERF_RECORD_SAMPLE: header, then the fixed fields in perf_event.h's
+	 * order (IDENTIFIER, IP, TID, TIME, ...), then u32 raw size. */
+	m->time_off = sizeof(struct perf_event_header) +
+		      8 * (uint32_t)__builtin_popcountll(
+				  st & (PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP |
+					PERF_SAMPLE_TID));
+	m->raw_off = sizeof(struct perf_event_header) +
+		     8 * (uint32_t)__builtin_popcountll(st & PLB_MERGE_SAMPLE_FIXED);
+	m->n = n;
+	m->deadline = PLB_MERGE_NO_DEADLINE;
+
+	for (i = 0; i < n; i++) {
+		struct plb_msrc *s = &m->src[i];
+
+		s->kind = srcs[i].kind;
+		if (s->kind == PLB_SRC_PERF) {
+			if (plb_perfring_init(&s->pr, srcs[i].page, srcs[i].data,
+					      srcs[i].data_size)) {
+				plb_merge_free(m);
+				errno = EINVAL;
+				return NULL;
+			}
+			s->size = srcs[i].data_size;
+		} else {
+			s->rb = *srcs[i].rb;
+			/* consumer_pos is written only by us: a relaxed load. */
+			s->rb_pos = __atomic_load_n(s->rb.consumer_pos, __ATOMIC_RELAXED);
+			s->rb_committed = s->rb_pos;
+			s->size = s->rb.mask + 1;
+		}
+		s->press_thr = permille >= 1000
+				       ? UINT64_MAX
+				       : (uint64_t)((unsigned __int128)s->size * permille / 1000);
+	}
+	return m;
+
+nomem:
+	plb_merge_free(m);
+	errno = ENOMEM;
+	return NULL;
+}
+
+void plb_merge_free(struct plb_merge *m)
+{
+	uint32_t i;
+
+	if (!m)
+		return;
+	if (m->src)
+		for (i = 0; i < m->n; i++)
+			if (m->src[i].kind == PLB_SRC_PERF)
+				plb_perfring_release(&m->src[i].pr);
+	free(m->src);
+	free(m->heap);
+	free(m);
+}
