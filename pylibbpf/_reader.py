@@ -10,10 +10,11 @@ freed under a reader.
 from __future__ import annotations
 
 import abc
+import asyncio
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from . import _libbpf
@@ -62,6 +63,19 @@ class Batch:
             self.tags, self.lost = self.tags[k:], self.lost[k:]
             self.next = 0
         return self
+
+    def take_lost(self) -> list[tuple[int, int]]:
+        """Remove the lost-sample notices from the batch; returns them as (cpu, count) pairs."""
+        if not any(self.lost):
+            return []
+        self.rest()
+        notices = [(t, n) for t, n in zip(self.tags, self.lost) if n]
+        keep = [i for i, n in enumerate(self.lost) if not n]
+        self.starts = [self.starts[i] for i in keep]
+        self.lens = [self.lens[i] for i in keep]
+        self.tags = [self.tags[i] for i in keep]
+        self.lost = [0] * len(keep)
+        return notices
 
     def __len__(self) -> int:
         return len(self.starts) - self.next
@@ -169,13 +183,58 @@ class Closable(abc.ABC):
         self._lock = threading.Lock()
         self._closed = False
         self._waiter: Waiter | None = None
+        self._close_hooks: list[Callable[[], None]] = []  # wake async iterations on close
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError(self._what)
 
+    def read_batch(self, timeout_ms: int = -1) -> Batch:
+        """Wait up to ``timeout_ms`` and return what one C drain produced (subclasses)."""
+        raise TypeError(f"{type(self).__name__} has no batch reads")
+
+    async def _batches(self) -> AsyncIterator[Batch]:
+        """Non-empty batches as they arrive, for ``async for``; ends quietly when closed.
+
+        The reader's own epoll fd (libbpf's rings plus the close eventfd) is
+        watched with ``loop.add_reader``; cancelling the consuming task removes
+        the reader, so nothing keeps running.
+        """
+        if self._waiter is None:
+            raise ClosedError(self._what)
+        loop = asyncio.get_running_loop()
+        ready = asyncio.Event()
+        fd = self._waiter.fd
+
+        def on_close() -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(ready.set)
+
+        self._close_hooks.append(on_close)
+        loop.add_reader(fd, ready.set)
+        try:
+            while not self._closed:
+                try:
+                    batch = self.read_batch(0)
+                except ClosedError:
+                    return
+                if len(batch):
+                    yield batch
+                    continue
+                ready.clear()
+                await ready.wait()
+        finally:
+            self._close_hooks.remove(on_close)
+            if not loop.is_closed():
+                loop.remove_reader(fd)  # the selector tolerates an fd close() already closed
+
     def _wait(self, timeout_ms: int) -> bool:
-        """Wait on the reader's fds (lock held): True when ready, False on timeout."""
+        """Wait on the reader's fds (lock held): True when ready, False on timeout.
+
+        Callers skip the wait for timeout 0 and drain directly: a perf event fd
+        reports each wakeup to one poll only, and an asyncio selector polling the
+        same epoll fd may already have taken it.
+        """
         if self._waiter is None:
             raise ClosedError(self._what)
         return self._waiter.wait(timeout_ms, self._what)
@@ -190,6 +249,8 @@ class Closable(abc.ABC):
         self._closed = True
         if self._waiter is not None:
             self._waiter.wake()
+        for hook in list(self._close_hooks):
+            hook()
         with self._lock:
             self._release()
             if self._waiter is not None:

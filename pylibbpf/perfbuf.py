@@ -9,6 +9,7 @@ notices go to ``lost_callback(cpu, count)`` and are always counted in
 from __future__ import annotations
 
 import mmap
+from collections.abc import AsyncIterator
 from typing import Any
 
 from . import _libbpf
@@ -71,7 +72,7 @@ class PerfBuffer(Closable):
         if self._pending is None:
             with self._lock:
                 self._check_open()
-                if not self._wait(timeout_ms):
+                if timeout_ms != 0 and not self._wait(timeout_ms):
                     return 0
                 self._drain()
         return self._deliver()
@@ -124,19 +125,37 @@ class PerfBuffer(Closable):
     def read_batch(self, timeout_ms: int = -1) -> Batch:
         """Wait up to ``timeout_ms`` (-1: forever) and return everything drained in one C call.
 
-        The fast path: no callback is called; the batch (empty on timeout) holds
-        copies, valid as long as it is referenced. Records left by an earlier
-        callback stop come first.
+        The fast path: the sample callback is not called; ``batch.tags[i]`` is the
+        CPU of sample ``i``. Lost-sample notices are taken out of the batch,
+        counted in ``lost_samples`` and passed to ``lost_callback``. The batch
+        (empty on timeout) holds copies, valid as long as it is referenced.
+        Records left by an earlier callback stop come first.
         """
         self._check_open()
         if self._pending is None:
             with self._lock:
                 self._check_open()
-                if not self._wait(timeout_ms):
+                if timeout_ms != 0 and not self._wait(timeout_ms):
                     return Batch.empty()
                 self._drain()
         batch, self._pending = self._pending, None
-        return batch.rest() if batch is not None else Batch.empty()
+        if batch is None:
+            return Batch.empty()
+        for cpu, count in batch.take_lost():
+            self.lost_samples += count
+            if self._lost_callback is not None:
+                self._lost_callback(cpu, count)
+        return batch
+
+    async def events(self) -> AsyncIterator[tuple[int, memoryview]]:
+        """``async for cpu, data in pb.events()``: every sample; losses counted as in read_batch.
+
+        Ends when the buffer is closed; cancelling the task leaves nothing running.
+        """
+        async for batch in self._batches():
+            view = batch.view
+            for cpu, start, length in zip(batch.tags, batch.starts, batch.lens):
+                yield cpu, view[start:start + length]
 
     def _drain(self) -> None:
         lib.plb_batch_reset(self._batch)

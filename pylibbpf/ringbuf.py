@@ -8,6 +8,7 @@ event.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from . import _libbpf
@@ -92,7 +93,7 @@ class RingBuffer(Closable):
         if self._pending is None:
             with self._lock:
                 self._check_open()
-                if not self._wait(timeout_ms):
+                if timeout_ms != 0 and not self._wait(timeout_ms):
                     return 0
                 self._drain()
         return self._deliver()
@@ -122,11 +123,22 @@ class RingBuffer(Closable):
         if self._pending is None:
             with self._lock:
                 self._check_open()
-                if not self._wait(timeout_ms):
+                if timeout_ms != 0 and not self._wait(timeout_ms):
                     return Batch.empty()
                 self._drain()
         batch, self._pending = self._pending, None
         return batch.rest() if batch is not None else Batch.empty()
+
+    async def events(self) -> AsyncIterator[memoryview]:
+        """``async for data in rb.events()``: every record, as the callback would get it.
+
+        Waits with ``loop.add_reader`` on the reader's epoll fd; the iteration
+        ends when the buffer is closed; cancelling the task leaves nothing running.
+        The callback given at construction is not called for these records.
+        """
+        async for batch in self._batches():
+            for data in batch:
+                yield data
 
     def _drain(self) -> None:
         """Copy up to max_batch records out of the kernel rings (lock held)."""

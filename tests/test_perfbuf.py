@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -137,3 +138,24 @@ def test_wrong_map_type_and_bad_options(obj: BPFObject, bpf_objects: dict[str, P
     with pytest.raises(TypeError, match="lost_callback must be callable"):
         PerfBuffer(obj.maps["events"], lambda cpu, d: None, lost_callback=5)  # type: ignore[arg-type]
     assert lib.BPF_MAP_TYPE_PERF_EVENT_ARRAY == obj.maps["events"].type
+
+
+def test_async_iteration_yields_cpu_and_sample(obj: BPFObject) -> None:
+    async def scenario() -> list[tuple[int, int]]:
+        pb = PerfBuffer(obj.maps["events"], lambda cpu, d: None)
+        got: list[tuple[int, int]] = []
+
+        async def consume() -> None:
+            async for cpu, data in pb.events():
+                got.append((cpu, PERF_SAMPLE.unpack_from(data)[0]))
+
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0.01)
+        emit_perf(obj.programs["emit_perf"], 4, cpu=0, first_seq=7)
+        while len(got) < 4:
+            await asyncio.sleep(0.01)
+        pb.close()
+        await asyncio.wait_for(task, 5)
+        return got
+
+    assert asyncio.run(scenario()) == [(0, 7), (0, 8), (0, 9), (0, 10)]

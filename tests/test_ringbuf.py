@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -180,3 +181,43 @@ def test_read_batch_hands_over_one_batch(obj: BPFObject) -> None:
         assert len(batch) == 50
         assert [rb_event(v)[0] for v in batch] == list(range(10, 60))
         assert rb_event(batch[49]) == (59, 3, 0)
+
+
+def test_async_iteration_ends_on_close_and_cancels_cleanly(obj: BPFObject) -> None:
+    async def scenario() -> tuple[list[int], bool]:
+        loop = asyncio.get_running_loop()
+        rb = RingBuffer(obj.maps["rb"], lambda d: None)
+        got: list[int] = []
+
+        async def consume() -> None:
+            async for data in rb.events():
+                got.append(rb_event(data)[0])
+                if len(got) == 5:
+                    emit_ring(obj.programs["emit"], 3, first_seq=10)
+
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0.01)
+        emit_ring(obj.programs["emit"], 5)
+        while len(got) < 8:
+            await asyncio.sleep(0.01)
+        rb.close()
+        await asyncio.wait_for(task, 5)  # ends by itself once closed
+
+        rb2 = RingBuffer(obj.maps["rb"], lambda d: None)
+        fd = rb2._waiter.fd if rb2._waiter else -1
+        task2 = asyncio.create_task(consume_forever(rb2))
+        await asyncio.sleep(0.01)
+        task2.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task2
+        still_registered = loop.remove_reader(fd)
+        rb2.close()
+        return got, still_registered
+
+    async def consume_forever(rb: RingBuffer) -> None:
+        async for _ in rb.events():
+            pass
+
+    got, still_registered = asyncio.run(scenario())
+    assert got == [0, 1, 2, 3, 4, 10, 11, 12]
+    assert not still_registered  # cancellation removed the loop's reader
