@@ -46,7 +46,7 @@ $(EXT_STAMP): $(EXT_SRCS)
 	@touch $@
 
 lint: build
-	$(VPY) -m ruff check pylibbpf tests benchmarks build_ffi.py tools
+	$(VPY) -m ruff check .
 	$(VPY) -m mypy
 
 # pytest exit code 5 means "no tests collected": never a pass here.
@@ -60,7 +60,7 @@ demo: build
 	@echo "make demo: not yet (the pylibbpf command lands with issue 7)"
 
 bench: build
-	@echo "make bench: not yet (the benchmark suite lands with issue 6)"
+	$(VPY) -m benchmarks --json benchmarks/results/latest.json
 
 sanitize: deps
 	$(MAKE) -s -C tests/c run
