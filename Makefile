@@ -13,7 +13,7 @@ VENV       := .venv
 VPY        := $(VENV)/bin/python
 APT_PKGS   := clang-19 llvm-19 bpftool libelf-dev zlib1g-dev make pkg-config dpkg-dev gcc libc6-dev
 LIBBPF_A   := vendor/libbpf/build/install/lib/libbpf.a
-EXT_SRCS   := build_ffi.py $(wildcard cdef/*.h csrc/*.c csrc/*.h) pylibbpf/_version.py $(LIBBPF_A)
+EXT_SRCS   := build_ffi.py $(wildcard cdef/*.h csrc/*.c csrc/*.h csrc/bpf/*) pylibbpf/_version.py $(LIBBPF_A)
 EXT_STAMP  := .stamp-ext
 
 .PHONY: setup deps libbpf build test lint pytest demo bench sanitize clean
@@ -57,7 +57,9 @@ pytest: build
 test: lint sanitize pytest
 
 demo: build
-	@echo "make demo: not yet (the pylibbpf command lands with issue 7)"
+	@echo "make demo: tracing exec for 5 s while a loop starts /bin/true, ls and uname every 0.5 s"
+	@( sleep 1; for i in 1 2 3 4 5 6 7 8; do /bin/true; ls / >/dev/null; uname -r >/dev/null; sleep 0.5; done ) & \
+	$(VENV)/bin/pylibbpf trace exec --duration 5; rc=$$?; wait; exit $$rc
 
 bench: build
 	$(VPY) -m benchmarks --json benchmarks/results/latest.json
@@ -66,4 +68,4 @@ sanitize: deps
 	$(MAKE) -s -C tests/c run
 
 clean:
-	rm -rf build tests/bpf/build tests/c/build benchmarks/build pylibbpf/_pylibbpf_cffi* $(EXT_STAMP)
+	rm -rf build tests/bpf/build tests/c/build benchmarks/build pylibbpf/_pylibbpf_cffi* pylibbpf/bpf/*.bpf.o $(EXT_STAMP)
