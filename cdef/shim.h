@@ -9,6 +9,8 @@ struct plb_batch {
     uint64_t *lost;
     uint32_t n;
     int err;
+    size_t byte_limit;
+    int full;
     ...;
 };
 struct plb_rb_collect_ctx {
@@ -38,6 +40,7 @@ const char *plb_package_version(void);
 const char *plb_libbpf_release(void);
 
 /* errno values the Python layer compares against (from <errno.h>). */
+#define PLB_BATCH_FULL ...
 #define ECANCELED ...
 #define EINTR ...
 #define ENOENT ...

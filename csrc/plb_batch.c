@@ -51,6 +51,7 @@ void plb_batch_reset(struct plb_batch *b)
 	b->used = 0;
 	b->n = 0;
 	b->err = 0;
+	b->full = 0;
 }
 
 /* Grow by doubling; offsets are 32-bit, so a batch stays below 4 GiB. */
@@ -128,8 +129,18 @@ static int plb_batch_append(struct plb_batch *b, const void *data, size_t size, 
 int plb_ringbuf_collect(void *ctx, void *data, size_t size)
 {
 	struct plb_rb_collect_ctx *c = ctx;
+	struct plb_batch *b = c->batch;
+	int err = plb_batch_append(b, data, size, c->ring, 0);
 
-	return plb_batch_append(c->batch, data, size, c->ring, 0);
+	if (err)
+		return err;
+	/* Large batches cost page faults on every copy out (a fresh mapping per
+	 * drain); stopping near byte_limit keeps each batch cache-sized. */
+	if (b->byte_limit && b->used >= b->byte_limit) {
+		b->full = 1;
+		return PLB_BATCH_FULL;
+	}
+	return 0;
 }
 
 /* perf samples arrive with the raw size the kernel wrote, padded to 8 bytes

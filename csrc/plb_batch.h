@@ -9,6 +9,7 @@
 #ifndef PLB_BATCH_H
 #define PLB_BATCH_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,7 +27,13 @@ struct plb_batch {
 	uint32_t n;          /* records in the batch */
 	uint32_t ncap;       /* records the arrays can hold */
 	int err;             /* first error met while collecting (-ENOMEM, -E2BIG), or 0 */
+	size_t byte_limit;   /* ring buffers: stop draining once this many bytes are held (0: no limit) */
+	int full;            /* set when byte_limit was reached; the drain stopped on purpose */
 };
+
+/* What plb_ringbuf_collect returns to stop ring_buffer__consume_n once the
+ * batch holds byte_limit bytes (the record that crossed it is in the batch). */
+#define PLB_BATCH_FULL (-ENOSPC)
 
 /* Context libbpf hands back to plb_ringbuf_collect: which batch, which ring. */
 struct plb_rb_collect_ctx {

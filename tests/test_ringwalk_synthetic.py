@@ -1,0 +1,265 @@
+"""The C ring walker (plb_rb_peek / plb_rb_read) over synthetic rings in ordinary memory.
+
+No kernel: a ring is a 2 x size bytearray whose second half mirrors the first
+(what the kernel's double mapping gives), plus two u64 positions; records are
+written the way kernel/bpf/ringbuf.c writes them (8-byte header: u32 len with
+BUSY/DISCARD bits, u32 page offset; footprint round_up(len + 8, 8)).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pylibbpf import ffi, lib
+from pylibbpf.ringbuf import RecordBuffer, read_view
+
+U64 = 1 << 64
+
+
+def footprint(length: int) -> int:
+    return (length + 8 + 7) & ~7
+
+
+class SynthRing:
+    """A ring buffer in a bytearray, driven from Python as a BPF producer would drive it."""
+
+    def __init__(self, size: int, start: int = 0) -> None:
+        assert size & (size - 1) == 0
+        self.size = size
+        self.mem = bytearray(2 * size)  # never resized: the view points into it
+        self.data = ffi.from_buffer("uint8_t[]", self.mem)
+        self.cons = ffi.new("uint64_t *", start)
+        self.prod = ffi.new("uint64_t *", start)
+        self.view: Any = ffi.new("struct plb_rb_view *", {
+            "consumer_pos": self.cons, "producer_pos": self.prod, "data": self.data, "mask": size - 1})
+
+    def write(self, pos: int, raw: bytes) -> None:
+        """Write at ring position pos, in both copies (the double mapping)."""
+        for i, b in enumerate(raw):
+            idx = (pos + i) & (self.size - 1)
+            self.mem[idx] = b
+            self.mem[idx + self.size] = b
+
+    def put(self, payload: bytes, *, busy: bool = False, discard: bool = False) -> int:
+        """Reserve (and unless busy, commit) a record at the producer position; returns its position."""
+        pos = self.prod[0]
+        flags = (lib.PLB_RB_BUSY_BIT if busy else 0) | (lib.PLB_RB_DISCARD_BIT if discard else 0)
+        self.write(pos, struct.pack("<II", len(payload) | flags, 0) + payload)
+        self.prod[0] = (pos + footprint(len(payload))) % U64
+        return int(pos)
+
+    def commit(self, pos: int, *, discard: bool = False) -> None:
+        """Clear BUSY on the record at pos (bpf_ringbuf_submit / _discard)."""
+        idx = pos & (self.size - 1)
+        length = struct.unpack_from("<I", self.mem, idx)[0] & ~(lib.PLB_RB_BUSY_BIT | lib.PLB_RB_DISCARD_BIT)
+        self.write(pos, struct.pack("<I", length | (lib.PLB_RB_DISCARD_BIT if discard else 0)))
+
+    def read(self, max_records: int = 1024, out_cap: int = 1 << 16, consume: bool = True) -> tuple[int, list[bytes]]:
+        """plb_rb_read: (return code, records)."""
+        out = ffi.new("uint8_t[]", max(out_cap, 1))
+        starts = ffi.new("uint32_t[]", max(max_records, 1))
+        lens = ffi.new("uint32_t[]", max(max_records, 1))
+        used = ffi.new("size_t *")
+        n = lib.plb_rb_read(self.view, out, out_cap, starts, lens, max_records, int(consume), used)
+        if n <= 0:
+            return n, []
+        blob = ffi.buffer(out, used[0])[:]
+        assert used[0] == starts[n - 1] + lens[n - 1]
+        assert all(starts[i] % 8 == 0 for i in range(n))
+        return n, [blob[starts[i]:starts[i] + lens[i]] for i in range(n)]
+
+
+def payload(i: int, length: int) -> bytes:
+    return bytes((i * 7 + j) & 0xFF for j in range(length))
+
+
+def test_empty_ring_reads_nothing() -> None:
+    ring = SynthRing(4096)
+    assert ring.read() == (0, [])
+    assert lib.plb_rb_available(ring.view) == 0
+    assert lib.plb_rb_peek(ring.view, 0, ffi.NULL, ffi.NULL, ffi.NULL) == lib.PLB_RB_EMPTY
+
+
+def test_records_come_out_in_order_and_consume_moves_the_position() -> None:
+    ring = SynthRing(4096)
+    recs = [payload(i, n) for i, n in enumerate([1, 8, 13, 0, 100])]
+    for r in recs:
+        ring.put(r)
+    assert lib.plb_rb_available(ring.view) == sum(footprint(len(r)) for r in recs)
+    assert ring.read() == (5, recs)
+    assert ring.cons[0] == ring.prod[0]
+    assert lib.plb_rb_consumer_pos(ring.view) == ring.prod[0]
+    assert lib.plb_rb_available(ring.view) == 0
+
+
+@pytest.mark.parametrize("start", [4096 - 8, 4096 - 16, 4096 - 24, 2 * 4096 - 40, U64 - 32, U64 - 8])
+def test_a_record_across_the_wrap_is_contiguous(start: int) -> None:
+    ring = SynthRing(4096, start)
+    recs = [payload(1, 40), payload(2, 3), payload(3, 200)]
+    for r in recs:
+        ring.put(r)
+    assert ring.read() == (3, recs)
+    assert ring.cons[0] == ring.prod[0] == (start + sum(footprint(len(r)) for r in recs)) % U64
+
+
+def test_peek_does_not_consume_and_two_peeks_are_equal() -> None:
+    ring = SynthRing(4096, 4096 - 16)
+    for i in range(5):
+        ring.put(payload(i, 20 + i))
+    first = ring.read(consume=False)
+    assert first == ring.read(consume=False)
+    assert first[0] == 5 and ring.cons[0] == 4096 - 16
+    assert ring.read() == first
+
+
+def test_busy_head_stops_the_walk_until_committed() -> None:
+    ring = SynthRing(4096)
+    ring.put(payload(0, 10))
+    ring.put(payload(1, 10))
+    busy = ring.put(payload(2, 10), busy=True)
+    ring.put(payload(3, 10))  # committed, but behind a busy record: not ours yet
+    assert ring.read() == (2, [payload(0, 10), payload(1, 10)])
+    assert ring.cons[0] == busy
+    assert lib.plb_rb_peek(ring.view, busy, ffi.NULL, ffi.NULL, ffi.NULL) == lib.PLB_RB_BUSY
+    assert ring.read() == (0, [])
+    assert ring.cons[0] == busy
+    ring.commit(busy)
+    assert ring.read() == (2, [payload(2, 10), payload(3, 10)])
+
+
+def test_discarded_records_are_skipped_and_consumed() -> None:
+    ring = SynthRing(4096)
+    ring.put(payload(0, 5), discard=True)
+    ring.put(payload(1, 6))
+    ring.put(payload(2, 7), discard=True)
+    ring.put(payload(3, 8), discard=True)
+    ring.put(payload(4, 9))
+    assert ring.read() == (2, [payload(1, 6), payload(4, 9)])
+    assert ring.cons[0] == ring.prod[0]
+    # only discards: nothing returned, but the position moves past them
+    ring.put(payload(5, 5), discard=True)
+    busy = ring.put(payload(6, 5), busy=True)
+    ring.commit(busy, discard=True)
+    assert ring.read() == (0, [])
+    assert ring.cons[0] == ring.prod[0]
+
+
+def test_peek_reports_each_kind_with_the_next_position() -> None:
+    ring = SynthRing(4096)
+    rec = ring.put(payload(0, 12))
+    dis = ring.put(payload(1, 3), discard=True)
+    data = ffi.new("void **")
+    length = ffi.new("uint32_t *")
+    nxt = ffi.new("uint64_t *")
+    assert lib.plb_rb_peek(ring.view, rec, data, length, nxt) == lib.PLB_RB_RECORD
+    assert length[0] == 12 and nxt[0] == dis
+    assert ffi.buffer(ffi.cast("uint8_t *", data[0]), 12)[:] == payload(0, 12)
+    assert lib.plb_rb_peek(ring.view, dis, data, length, nxt) == lib.PLB_RB_DISCARD
+    assert nxt[0] == ring.prod[0]
+    assert lib.plb_rb_peek(ring.view, nxt[0], data, length, nxt) == lib.PLB_RB_EMPTY
+
+
+def test_max_records_and_commit() -> None:
+    ring = SynthRing(4096)
+    for i in range(10):
+        ring.put(payload(i, 16))
+    assert ring.read(max_records=3) == (3, [payload(i, 16) for i in range(3)])
+    assert ring.cons[0] == 3 * footprint(16)
+    lib.plb_rb_commit(ring.view, 5 * footprint(16))  # the consumer may also skip ahead itself
+    assert ring.read() == (5, [payload(i, 16) for i in range(5, 10)])
+
+
+def test_a_head_larger_than_the_buffer_is_reported_with_its_size() -> None:
+    ring = SynthRing(4096)
+    ring.put(payload(0, 300))
+    out = ffi.new("uint8_t[]", 64)
+    starts, lens, used = ffi.new("uint32_t[]", 4), ffi.new("uint32_t[]", 4), ffi.new("size_t *")
+    assert lib.plb_rb_read(ring.view, out, 64, starts, lens, 4, 1, used) == -lib.EMSGSIZE
+    assert used[0] == 300 and ring.cons[0] == 0  # still in the ring
+    # a later record that does not fit ends the batch instead
+    ring2 = SynthRing(4096)
+    ring2.put(payload(0, 10))
+    ring2.put(payload(1, 300))
+    assert ring2.read(out_cap=64) == (1, [payload(0, 10)])
+    assert ring2.read(out_cap=512) == (1, [payload(1, 300)])
+
+
+def test_the_python_reader_grows_its_buffer_for_a_large_record() -> None:
+    ring = SynthRing(8192)
+    recs = [payload(0, 8), payload(1, 3000), payload(2, 8)]
+    for r in recs:
+        ring.put(r)
+    buf = RecordBuffer(2, 16)
+    got = read_view(ring.view, buf, 2, True, "synthetic")
+    got += read_view(ring.view, buf, 2, True, "synthetic")
+    assert got == recs and buf.cap >= 3000
+
+
+@pytest.mark.parametrize("corrupt", ["length past producer", "misaligned consumer",
+                                     "consumer behind by more than the ring"])
+def test_corrupt_rings_are_refused(corrupt: str) -> None:
+    ring = SynthRing(4096)
+    ring.put(payload(0, 16))
+    if corrupt == "length past producer":
+        ring.write(0, struct.pack("<I", 5000))
+    elif corrupt == "misaligned consumer":
+        ring.cons[0] = 4
+    else:
+        ring.prod[0] = 4096 + 64
+    cons = ring.cons[0]
+    assert ring.read()[0] == -lib.EBADMSG
+    assert ring.cons[0] == cons  # nothing consumed
+    with pytest.raises(OSError, match="Bad message"):
+        read_view(ring.view, RecordBuffer(4, 64), 4, True, "synthetic")
+
+
+def test_a_corrupt_record_after_good_ones_is_reported_by_the_next_call() -> None:
+    ring = SynthRing(4096)
+    ring.put(payload(0, 16))
+    bad = ring.put(payload(1, 16))
+    ring.write(bad, struct.pack("<I", 5000))
+    assert ring.read() == (1, [payload(0, 16)])
+    assert ring.read()[0] == -lib.EBADMSG
+
+
+def test_bad_arguments() -> None:
+    ring = SynthRing(4096)
+    used = ffi.new("size_t *")
+    assert lib.plb_rb_read(ffi.NULL, ffi.NULL, 0, ffi.NULL, ffi.NULL, 0, 1, used) == -lib.EINVAL
+    assert lib.plb_rb_read(ring.view, ffi.NULL, 0, ffi.NULL, ffi.NULL, 4, 1, used) == -lib.EINVAL
+
+
+record = st.tuples(st.integers(0, 200), st.booleans())  # (payload length, discarded)
+
+
+@settings(max_examples=200, deadline=None)
+@given(records=st.lists(record, max_size=60),
+       start=st.one_of(st.integers(0, 4096 // 8).map(lambda k: k * 8),
+                       st.integers(1, 64).map(lambda k: U64 - 8 * k)),
+       chunk=st.integers(1, 17), out_cap=st.integers(208, 2048))
+def test_any_sequence_reads_back_exactly(records: list[tuple[int, bool]], start: int, chunk: int,
+                                         out_cap: int) -> None:
+    ring = SynthRing(8192, start)
+    expected = []
+    for i, (length, discard) in enumerate(records):
+        body = payload(i, length)
+        ring.put(body, discard=discard)
+        if not discard:
+            expected.append(body)
+    assert lib.plb_rb_available(ring.view) == sum(footprint(n) for n, _ in records)
+    assert ring.read(max_records=len(expected) or 1, out_cap=1 << 16, consume=False)[1] == expected
+    got: list[bytes] = []
+    for _ in range(len(records) + 1):
+        n, recs = ring.read(max_records=chunk, out_cap=out_cap)
+        assert n >= 0
+        assert n <= chunk
+        got += recs
+        if n == 0:
+            break
+    assert got == expected
+    assert ring.cons[0] == ring.prod[0]
