@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import abc
 import array
-import functools
 import asyncio
+import functools
 import threading
 import time
 import weakref
