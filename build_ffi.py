@@ -12,9 +12,11 @@ LIBBPF_SRC / LIBBPF_TARBALL are honoured there.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 from cffi import FFI
@@ -33,6 +35,7 @@ CDEFS = [
     "cdef/shim_ringbuf.h",    # BPF ring buffer walker and mmap
     "cdef/shim_queue.h",      # bounded queue and native reader thread (after shim_ringbuf.h)
     "cdef/shim_merge.h",      # ordered k-way merge over perf rings and ring buffers
+    "cdef/shim_perf.h",       # perf event attrs, raw perf callbacks (after shim_merge.h)
 ]
 # C shim sources compiled into the same extension.
 SOURCES = [
@@ -44,6 +47,7 @@ SOURCES = [
     "csrc/plb_reader.c",
     "csrc/plb_perfring.c",
     "csrc/plb_merge.c",
+    "csrc/plb_perfattr.c",
 ]
 
 
@@ -67,11 +71,33 @@ def ensure_libbpf() -> None:
     subprocess.run([str(LIBBPF / "build.sh")], check=True)
 
 
+def build_bundled_bpf() -> None:
+    """Compile the command's CO-RE programs (csrc/bpf/*.bpf.c) into package data (pylibbpf/bpf/).
+
+    Runs when setuptools loads this builder (before it collects package data)
+    and on `python build_ffi.py`; objects newer than their sources are kept.
+    vmlinux.h, generated from the running kernel's BTF, stays in build/bpf/:
+    it is not package data. On a kernel without BTF the objects are skipped
+    with a warning: the library works without them, the command says they are missing.
+    """
+    spec = importlib.util.spec_from_file_location("build_bpf", ROOT / "tools" / "build_bpf.py")
+    if spec is None or spec.loader is None:
+        raise RuntimeError("tools/build_bpf.py is missing")
+    build_bpf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build_bpf)
+    if not build_bpf.VMLINUX_BTF.exists():
+        print(f"warning: {build_bpf.VMLINUX_BTF} is missing: the `pylibbpf trace` programs are not built",
+              file=sys.stderr)
+        return
+    build_bpf.build(ROOT / "csrc" / "bpf", ROOT / "pylibbpf" / "bpf", vmlinux_dir=ROOT / "build" / "bpf")
+
+
 def make_builder(relative_sources: bool = True) -> FFI:
     """The FFI builder. setuptools wants source paths relative to the project;
     ``FFI.compile()`` runs in its tmpdir and needs them absolute."""
     os.chdir(ROOT)
     ensure_libbpf()
+    build_bundled_bpf()
     ffibuilder = FFI()
     for name in CDEFS:
         ffibuilder.cdef((ROOT / name).read_text(), override=False)

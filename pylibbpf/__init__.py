@@ -12,6 +12,17 @@ from ._ffi import ffi, lib
 from ._reader import Batch
 from ._version import __version__
 from .asm import Insn, load_program, store_event_field, store_event_fields, store_event_imm, zero_event_field
+from .consumers import (
+    BackpressureConsumer,
+    BackpressureStats,
+    ConsumerStats,
+    RingBufConsumer,
+    SamplingConsumer,
+    SamplingStats,
+    backpressure_consumer,
+    ringbuf_consumer,
+    sampling_consumer,
+)
 from .errors import BPFError, ClosedError, LoadError
 from .events import (
     EventDef,
@@ -22,8 +33,16 @@ from .events import (
     make_event_serializer,
 )
 from .object import BPFObject, Link, Map, Program, TestRun
-from .perfbuf import PerfBuffer
-from .ringbuf import RingBuffer
+from .perfbuf import OrderedBatch, OrderedReader, OrderedStats, PerfBuffer, PerfReader, Record
+from .ringbuf import (
+    RingBuffer,
+    RingBufLayout,
+    map_ringbuf,
+    peek_ringbuf_events,
+    process_events,
+    read_ringbuf_events,
+    unmap_ringbuf,
+)
 
 
 def libbpf_version() -> str:
@@ -34,18 +53,31 @@ def libbpf_version() -> str:
 __all__ = [
     "BPFError",
     "BPFObject",
+    "BackpressureConsumer",
+    "BackpressureStats",
     "Batch",
     "ClosedError",
+    "ConsumerStats",
     "EventDef",
     "Insn",
     "Link",
     "LoadError",
     "Map",
+    "OrderedBatch",
+    "OrderedReader",
+    "OrderedStats",
     "PerfBuffer",
+    "PerfReader",
     "Program",
+    "Record",
+    "RingBufConsumer",
+    "RingBufLayout",
     "RingBuffer",
+    "SamplingConsumer",
+    "SamplingStats",
     "TestRun",
     "__version__",
+    "backpressure_consumer",
     "defevent",
     "ffi",
     "lib",
@@ -55,8 +87,15 @@ __all__ = [
     "make_event_handler",
     "make_event_parser",
     "make_event_serializer",
+    "map_ringbuf",
+    "peek_ringbuf_events",
+    "process_events",
+    "read_ringbuf_events",
+    "ringbuf_consumer",
+    "sampling_consumer",
     "store_event_field",
     "store_event_fields",
     "store_event_imm",
+    "unmap_ringbuf",
     "zero_event_field",
 ]

@@ -7,6 +7,7 @@ and libbpf's own message; nothing here decides policy beyond that.
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import Any
 
@@ -201,6 +202,20 @@ def bpf_map__max_entries(m: CData) -> int:
     return int(lib.bpf_map__max_entries(m))
 
 
+def bpf_map__initial_value(m: CData) -> bytes | None:
+    """A copy of the initial contents of a .data/.rodata/.bss map (None for other maps)."""
+    size = ffi.new("size_t *")
+    ptr = lib.bpf_map__initial_value(m, size)
+    if ptr == ffi.NULL:
+        return None
+    return bytes(ffi.buffer(ptr, size[0]))
+
+
+def bpf_map__set_initial_value(m: CData, data: bytes, what: str) -> None:
+    """Replace the initial contents (before load; the size must be the map's value size)."""
+    check(lib.bpf_map__set_initial_value(m, data, len(data)), what)
+
+
 def bpf_map_lookup_elem(fd: int, key: CData, value: CData, what: str) -> bool:
     """True when found (value filled), False for ENOENT; other errors raise."""
     if lib.bpf_map_lookup_elem(fd, key, value) < 0:
@@ -331,3 +346,174 @@ def btf__resolve_size(btf: CData, type_id: int, what: str) -> int:
 
 def btf__type_cnt(btf: CData) -> int:
     return int(lib.btf__type_cnt(btf))
+
+
+# --- perf readers and the ordered merge (perfbuf.py: PerfReader, OrderedReader) ------------------
+
+def perf_buffer__new_raw(map_fd: int, page_cnt: int, attr: CData, event_cb: CData, ctx: CData,
+                         opts: CData, what: str) -> CData:
+    return check_ptr(lib.perf_buffer__new_raw(map_fd, page_cnt, attr, event_cb, ctx, opts), what)
+
+
+def plb_perf_attr_new(sample_type: int, wakeup_events: int, watermark_bytes: int, clockid: int) -> CData:
+    """A BPF output perf_event_attr, freed when the returned pointer is garbage collected."""
+    attr = check_ptr(lib.plb_perf_attr_new(sample_type, wakeup_events, watermark_bytes, clockid),
+                     "plb_perf_attr_new")
+    return ffi.gc(attr, lib.plb_perf_attr_free)
+
+
+def plb_batch_reset(batch: CData) -> None:
+    lib.plb_batch_reset(batch)
+
+
+def plb_epoll_add_edge(epfd: int, fd: int, what: str) -> None:
+    check(lib.plb_epoll_add_edge(epfd, fd), what)
+
+
+def plb_full_fence() -> None:
+    lib.plb_full_fence()
+
+
+def plb_rb_map(map_fd: int, data_size: int, mapping: CData, what: str) -> None:
+    check(lib.plb_rb_map(map_fd, data_size, mapping), what)
+
+
+def plb_rb_unmap(mapping: CData) -> None:
+    lib.plb_rb_unmap(mapping)
+
+
+def plb_merge_source_perf(src: CData, base: CData, size: int, what: str) -> None:
+    check(lib.plb_merge_source_perf(src, base, size), what)
+
+
+def plb_merge_new(cfg: CData, srcs: CData, n: int, what: str) -> CData:
+    return check_ptr(lib.plb_merge_new(cfg, srcs, n), what)
+
+
+def plb_merge_free(m: CData) -> None:
+    lib.plb_merge_free(m)
+
+
+def plb_merge_drain(m: CData, out: CData, max_records: int, flags: int, what: str) -> int:
+    """Entries written (>= 0), or -ENOSPC when the first payload needs more room (out.need)."""
+    ret = int(lib.plb_merge_drain(m, out, max_records, flags))
+    if ret < 0 and ret != -errno.ENOSPC:
+        raise error(-ret, what)
+    return ret
+
+
+def plb_merge_poll_timeout_ms(m: CData) -> int:
+    return int(lib.plb_merge_poll_timeout_ms(m))
+
+
+def plb_merge_stats(m: CData, st: CData, backlog: CData, n: int) -> None:
+    lib.plb_merge_stats(m, st, backlog, n)
+
+
+# --- shim: ring buffer walker and mmap, bounded queue, native reader (csrc/plb_ringbuf.h,
+# plb_queue.h, plb_reader.h). Counts come back as ints; the negative codes a caller must act
+# on are returned (documented per function), every other failure raises. ---------------------
+
+# plb_rb_map / plb_rb_unmap: defined with the perf readers' wrappers above.
+
+def plb_rb_consumer_pos(view: CData) -> int:
+    return int(lib.plb_rb_consumer_pos(view))
+
+
+def plb_rb_available(view: CData) -> int:
+    return int(lib.plb_rb_available(view))
+
+
+def plb_rb_commit(view: CData, pos: int) -> None:
+    lib.plb_rb_commit(view, pos)
+
+
+def rb_producer_pos(view: CData) -> int:
+    """The producer position (page 1 of the mapping).
+
+    Not a shim call: one aligned 8-byte load through the view. It is a
+    statistic only (what may be read is decided by plb_rb_read, which
+    acquire-loads it), so no ordering is needed here.
+    """
+    return int(view.producer_pos[0])
+
+
+def plb_rb_read(view: CData, out: CData, out_cap: int, starts: CData, lens: CData, max_records: int,
+                consume: bool, out_used: CData, what: str) -> int:
+    """Records copied (>= 0), or -EMSGSIZE: the head record alone needs ``out_used[0]`` bytes.
+
+    BPFError(EBADMSG) for a corrupt head, BPFError(EINVAL) for bad arguments.
+    """
+    ret = int(lib.plb_rb_read(view, out, out_cap, starts, lens, max_records, 1 if consume else 0, out_used))
+    if ret == -lib.EMSGSIZE:
+        return ret
+    return check(ret, what)
+
+
+def plb_queue_create(max_pending: int, byte_cap: int, drop_cap: int, drop_byte_cap: int, what: str) -> CData:
+    """A queue; free it with plb_queue_destroy once no thread uses it (not garbage collected)."""
+    return check_ptr(lib.plb_queue_create(max_pending, byte_cap, drop_cap, drop_byte_cap), what)
+
+
+def plb_queue_destroy(q: CData) -> None:
+    lib.plb_queue_destroy(q)
+
+
+def plb_queue_push(q: CData, data: bytes) -> bool:
+    """True when queued, False when dropped (full, too big, or closed)."""
+    return bool(lib.plb_queue_push(q, data, len(data)))
+
+
+def plb_queue_pop_batch(q: CData, out: CData, out_cap: int, starts: CData, lens: CData, max_records: int,
+                        timeout_ms: int, out_used: CData, what: str) -> int:
+    """Records popped (> 0), 0 on timeout, -EPIPE once closed and empty, or -EMSGSIZE
+    (the head record alone needs ``out_used[0]`` bytes). BPFError(EINVAL) otherwise."""
+    ret = int(lib.plb_queue_pop_batch(q, out, out_cap, starts, lens, max_records, timeout_ms, out_used))
+    if ret in (-lib.EPIPE, -lib.EMSGSIZE):
+        return ret
+    return check(ret, what)
+
+
+def plb_queue_pop_dropped_batch(q: CData, out: CData, out_cap: int, starts: CData, lens: CData,
+                                max_records: int, out_used: CData, what: str) -> int:
+    """Dropped records popped (>= 0, never waits), or -EMSGSIZE as for plb_queue_pop_batch."""
+    ret = int(lib.plb_queue_pop_dropped_batch(q, out, out_cap, starts, lens, max_records, out_used))
+    if ret == -lib.EMSGSIZE:
+        return ret
+    return check(ret, what)
+
+
+def plb_queue_close(q: CData) -> None:
+    lib.plb_queue_close(q)
+
+
+def plb_queue_stats(q: CData, out: CData) -> None:
+    lib.plb_queue_stats(q, out)
+
+
+def plb_reader_start(view: CData, wake_fd: int, q: CData, batch_size: int, what: str) -> CData:
+    """Start the native reader thread; free it with plb_reader_destroy (not garbage collected)."""
+    out = ffi.new("struct plb_reader **")
+    check(lib.plb_reader_start(out, view, wake_fd, q, batch_size), what)
+    return out[0]
+
+
+def plb_reader_set_timeout(reader: CData, timeout_ms: int) -> None:
+    lib.plb_reader_set_timeout(reader, timeout_ms)
+
+
+def plb_reader_stop(reader: CData) -> int:
+    """Stop and join the thread (idempotent): 0, or the positive errno that ended it early.
+
+    Returned rather than raised: the caller still has a queue and a mapping to
+    release before it reports the failure (see :func:`error`).
+    """
+    return -int(lib.plb_reader_stop(reader))
+
+
+def plb_reader_destroy(reader: CData) -> None:
+    lib.plb_reader_destroy(reader)
+
+
+def plb_reader_stats(reader: CData, out: CData) -> None:
+    lib.plb_reader_stats(reader, out)

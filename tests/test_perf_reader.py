@@ -1,0 +1,239 @@
+"""PerfReader on the real kernel: read/timeout/read_into/pause/resume/close/iteration and lost records.
+
+The samples come from tests/bpf/ordered.bpf.c (emit_ordered), run with
+BPF_PROG_TEST_RUN pinned to a CPU, so each test knows which ring gets what.
+"""
+
+from __future__ import annotations
+
+import errno
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pylibbpf import BPFObject, ClosedError, PerfReader, Program, Record
+
+ARGS = struct.Struct("<7Q")     # args[0..6] of emit_ordered (see the program's header comment)
+EVENT = struct.Struct("<QQIIQ")  # struct ord_event: ts, seq, cpu, tag, gseq
+
+pytestmark = pytest.mark.usefixtures("bpf_privileged")
+
+
+def emit(prog: Program, count: int, *, cpu: int, ts: int = 0, step: int = 0, seq: int = 0, tag: int = 0,
+         extra: int = 0) -> None:
+    prog.test_run(ctx=ARGS.pack(count, ts, step & (2**64 - 1), seq, tag, extra, 0), cpu=cpu)
+
+
+def counter(obj: BPFObject, idx: int) -> int:
+    raw = obj.maps["counters"].lookup(idx)
+    assert isinstance(raw, bytes)
+    return int.from_bytes(raw, "little", signed=idx == 2)
+
+
+@pytest.fixture
+def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
+    with BPFObject.open(bpf_objects["ordered"]) as o:
+        o.load()
+        yield o
+
+
+@pytest.fixture
+def prog(obj: BPFObject) -> Program:
+    return obj.programs["emit_ordered"]
+
+
+def test_read_returns_copies_with_the_writing_cpu(obj: BPFObject, prog: Program) -> None:
+    with PerfReader(obj.maps["events"]) as rd:
+        assert rd.cpus == [0, 1] or len(rd.cpus) >= 1
+        for cpu in rd.cpus:
+            emit(prog, 3, cpu=cpu, seq=cpu * 100, tag=cpu)
+        got = [rd.read(timeout=2) for _ in range(3 * len(rd.cpus))]
+    for rec in got:
+        assert isinstance(rec.raw_sample, bytes) and rec.lost_samples == 0
+        _ts, _seq, sample_cpu, tag, _ = EVENT.unpack_from(rec.raw_sample)
+        assert rec.cpu == sample_cpu == tag       # the ring's CPU is the CPU that wrote
+        assert len(rec.raw_sample) == 36          # 32 bytes + padding so that size + 4 is 8-aligned
+    # one CPU's records keep that CPU's order
+    for cpu in {r.cpu for r in got}:
+        seqs = [EVENT.unpack_from(r.raw_sample)[1] for r in got if r.cpu == cpu]
+        assert seqs == [cpu * 100 + i for i in range(3)]
+
+
+def test_read_times_out_and_zero_does_not_wait(obj: BPFObject) -> None:
+    with PerfReader(obj.maps["events"]) as rd:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            rd.read(timeout=0.1)
+        assert 0.09 <= time.monotonic() - start < 1.0
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            rd.read(timeout=0)
+        assert time.monotonic() - start < 0.05
+        with pytest.raises(ValueError, match="timeout"):
+            rd.read(timeout=-1)
+
+
+def test_read_into_reuses_the_record_and_its_bytearray(obj: BPFObject, prog: Program) -> None:
+    with PerfReader(obj.maps["events"]) as rd:
+        emit(prog, 1, cpu=0, seq=1)
+        emit(prog, 1, cpu=0, seq=2, extra=100)
+        emit(prog, 1, cpu=0, seq=3)
+        rec = Record()
+        rd.read_into(rec, timeout=1)
+        buf = rec.raw_sample
+        assert isinstance(buf, bytearray) and EVENT.unpack_from(buf)[1] == 1
+        rd.read_into(rec, timeout=1)
+        assert rec.raw_sample is buf and len(buf) == 132 and EVENT.unpack_from(buf)[1] == 2
+        view = memoryview(buf)   # a live export: the bytearray cannot be resized ...
+        with pytest.raises(BufferError):
+            rd.read_into(rec, timeout=1)
+        view.release()
+        rd.read_into(rec, timeout=1)  # ... and the record was not lost
+        assert rec.raw_sample is buf and EVENT.unpack_from(buf)[1] == 3 and len(buf) == 36
+        assert rec.cpu == 0 and rec.lost_samples == 0
+
+
+def test_pause_makes_writes_fail_with_enoent_and_resume_restores(obj: BPFObject, prog: Program) -> None:
+    with PerfReader(obj.maps["events"]) as rd:
+        emit(prog, 1, cpu=0, seq=1)
+        rd.pause()
+        rd.pause()  # idempotent
+        assert rd.paused
+        emit(prog, 2, cpu=0, seq=2)
+        assert counter(obj, 0) == 2 and counter(obj, 2) == -errno.ENOENT
+        assert EVENT.unpack_from(rd.read(timeout=1).raw_sample)[1] == 1  # already in the ring: still read
+        with pytest.raises(TimeoutError):
+            rd.read(timeout=0.05)
+        rd.resume()
+        assert not rd.paused
+        emit(prog, 1, cpu=0, seq=4)
+        assert EVENT.unpack_from(rd.read(timeout=1).raw_sample)[1] == 4
+        assert counter(obj, 0) == 2
+
+
+def test_close_interrupts_a_blocked_read_and_is_idempotent(obj: BPFObject) -> None:
+    rd = PerfReader(obj.maps["events"])
+    caught: list[BaseException] = []
+
+    def reader() -> None:
+        try:
+            rd.read()
+        except BaseException as e:  # the test inspects it
+            caught.append(e)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    time.sleep(0.05)
+    rd.close()
+    thread.join(5)
+    assert not thread.is_alive() and isinstance(caught[0], ClosedError)
+    rd.close()
+    with pytest.raises(ClosedError):
+        rd.read(timeout=0)
+    with pytest.raises(ClosedError):
+        rd.pause()
+
+
+def test_closing_removes_the_rings_from_the_map(obj: BPFObject, prog: Program) -> None:
+    PerfReader(obj.maps["events"]).close()
+    emit(prog, 1, cpu=0)
+    assert counter(obj, 2) == -errno.ENOENT
+
+
+def test_iteration_ends_when_closed(obj: BPFObject, prog: Program) -> None:
+    rd = PerfReader(obj.maps["events"])
+    seen: list[int] = []
+
+    def producer() -> None:
+        emit(prog, 5, cpu=0, seq=10)
+        deadline = time.monotonic() + 5
+        while len(seen) < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        rd.close()
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    for rec in rd:
+        seen.append(EVENT.unpack_from(rec.raw_sample)[1])
+    thread.join(5)
+    assert seen == [10, 11, 12, 13, 14]
+
+
+def test_a_full_ring_yields_a_lost_samples_record(obj: BPFObject, prog: Program) -> None:
+    with PerfReader(obj.maps["events"], per_cpu_buffer=4096) as rd:
+        emit(prog, 200, cpu=0, extra=200)            # 236-byte samples: 4 KiB holds 16
+        emit(prog, 1, cpu=0, seq=1000)               # the notice goes out with the next sample that fits
+        records = []
+        while True:
+            try:
+                records.append(rd.read(timeout=0.05))
+            except TimeoutError:
+                break
+    lost = [r for r in records if r.lost_samples]
+    samples = [r for r in records if not r.lost_samples]
+    assert lost and all(r.cpu == 0 and r.raw_sample == b"" for r in lost)
+    failed = counter(obj, 0)
+    assert failed > 0 and sum(r.lost_samples for r in lost) == failed
+    assert len(samples) + failed == 201
+    assert EVENT.unpack_from(samples[-1].raw_sample)[1] == 1000
+
+
+def _read_while(rd: PerfReader, timeout: float, action: object) -> tuple[Record, float]:
+    """Start a blocking read in a thread, run action() 50 ms later; the record and how long the read took."""
+    out: list[tuple[Record, float]] = []
+
+    def reader() -> None:
+        start = time.monotonic()
+        rec = rd.read(timeout=timeout)
+        out.append((rec, time.monotonic() - start))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    time.sleep(0.05)
+    action()  # type: ignore[operator]
+    thread.join(timeout + 5)
+    assert out, "the read raised"
+    return out[0]
+
+
+def test_watermark_holds_wakeups_until_enough_bytes(obj: BPFObject, prog: Program) -> None:
+    with PerfReader(obj.maps["events"], per_cpu_buffer=8192, watermark=1024) as rd:
+        assert rd.buffer_size == 8192
+        # one sample, below the watermark: no wakeup; the read drains the ring when its time is up
+        rec, took = _read_while(rd, 0.4, lambda: emit(prog, 1, cpu=0, seq=1))
+        assert took >= 0.39 and EVENT.unpack_from(rec.raw_sample)[1] == 1
+        # 40 * 36 bytes: over the watermark, the reader wakes at once
+        rec, took = _read_while(rd, 5, lambda: emit(prog, 40, cpu=0, seq=2))
+        assert took < 1.0 and EVENT.unpack_from(rec.raw_sample)[1] == 2
+
+
+def test_every_sample_wakes_by_default(obj: BPFObject, prog: Program) -> None:
+    with PerfReader(obj.maps["events"]) as rd:
+        rec, took = _read_while(rd, 5, lambda: emit(prog, 1, cpu=1, seq=7))
+        assert took < 1.0 and rec.cpu == 1 and EVENT.unpack_from(rec.raw_sample)[1] == 7
+
+
+def test_wakeup_events_and_buffer_rounding(obj: BPFObject, prog: Program) -> None:
+    with PerfReader(obj.maps["events"], per_cpu_buffer=9000, wakeup_events=4) as rd:
+        assert rd.buffer_size == 4 * 4096        # 3 pages -> the next power of two
+        emit(prog, 4, cpu=0)
+        assert len([rd.read(timeout=1) for _ in range(4)]) == 4
+    with PerfReader(obj.maps["events"], per_cpu_buffer=1) as rd:
+        assert rd.buffer_size == 4096
+
+
+def test_wrong_map_type_and_bad_options(obj: BPFObject) -> None:
+    with pytest.raises(TypeError, match="needs a perf_event_array map; map 'rb0' is ringbuf"):
+        PerfReader(obj.maps["rb0"])
+    with pytest.raises(ValueError, match="per_cpu_buffer"):
+        PerfReader(obj.maps["events"], per_cpu_buffer=0)
+    with pytest.raises(ValueError, match="watermark"):
+        PerfReader(obj.maps["events"], per_cpu_buffer=4096, watermark=4096)
+    with pytest.raises(ValueError, match="cannot both"):
+        PerfReader(obj.maps["events"], watermark=100, wakeup_events=2)
+    with pytest.raises(ValueError, match="wakeup_events"):
+        PerfReader(obj.maps["events"], wakeup_events=0)
