@@ -153,6 +153,16 @@ class BPFObject:
 
         return struct_event_def(self, name)
 
+    def btf_struct_names(self) -> list[str]:
+        """The names of every named struct in the object's BTF, in type-id order.
+
+        Works on an opened object (no load needed). BPFError (ENOENT) when the
+        object has no BTF.
+        """
+        from .btf import struct_names
+
+        return struct_names(self._btf())
+
     def _btf(self) -> CData:
         ptr = _libbpf.bpf_object__btf(self._check())
         if ptr == ffi.NULL:
@@ -376,6 +386,29 @@ class Map:
     @property
     def max_entries(self) -> int:
         return _libbpf.bpf_map__max_entries(self._check())
+
+    @property
+    def initial_value(self) -> bytes | None:
+        """A copy of the initial contents of a global-data map (``.rodata``, ``.data``, ``.bss``).
+
+        None for other maps. Before load this is what the ELF holds (or what
+        :meth:`set_initial_value` wrote).
+        """
+        return _libbpf.bpf_map__initial_value(self._check())
+
+    def set_initial_value(self, data: bytes) -> None:
+        """Set the initial contents of a global-data map before ``load()`` (``bpf_map__set_initial_value``).
+
+        The way to give ``const volatile`` globals (``.rodata``) their values:
+        ``data`` replaces the whole section, so it must be exactly
+        ``value_size`` bytes (ValueError otherwise). BPFError (EBUSY) once the
+        object is loaded; BPFError (EINVAL) for a map that is not global data.
+        """
+        ptr = self._check()
+        raw = bytes(data)
+        if len(raw) != self.value_size:
+            raise ValueError(f"initial value of map {self.name!r} must be {self.value_size} bytes, got {len(raw)}")
+        _libbpf.bpf_map__set_initial_value(ptr, raw, f"bpf_map__set_initial_value({self.name})")
 
     @property
     def per_cpu(self) -> bool:

@@ -1,8 +1,8 @@
 """Compile BPF C programs (*.bpf.c) into CO-RE objects with clang-19.
 
-Usage: python tools/build_bpf.py SRC_DIR OUT_DIR
+Usage: python tools/build_bpf.py SRC_DIR OUT_DIR [VMLINUX_DIR]
 
-vmlinux.h is generated once per OUT_DIR from the running kernel's BTF
+vmlinux.h is generated once per OUT_DIR (or VMLINUX_DIR) from the running kernel's BTF
 (/sys/kernel/btf/vmlinux) with bpftool; libbpf's BPF-side headers
 (bpf_helpers.h, bpf_core_read.h, ...) come from the pinned libbpf build.
 An object is rebuilt only when its source (or a header beside it) is newer.
@@ -46,10 +46,16 @@ def vmlinux_h(out_dir: Path) -> Path:
     return header
 
 
-def build(src_dir: Path, out_dir: Path) -> list[Path]:
-    """Compile every SRC_DIR/*.bpf.c into OUT_DIR/*.bpf.o; returns the object paths."""
+def build(src_dir: Path, out_dir: Path, vmlinux_dir: Path | None = None) -> list[Path]:
+    """Compile every SRC_DIR/*.bpf.c into OUT_DIR/*.bpf.o; returns the object paths.
+
+    vmlinux.h is generated in VMLINUX_DIR (default: OUT_DIR), so that an output
+    directory that is package data need not hold it.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
-    vmlinux_h(out_dir)
+    header_dir = out_dir if vmlinux_dir is None else vmlinux_dir
+    header_dir.mkdir(parents=True, exist_ok=True)
+    vmlinux_h(header_dir)
     headers = list(src_dir.glob("*.h"))
     arch = _ARCH.get(platform.machine(), platform.machine())
     objects = []
@@ -59,12 +65,12 @@ def build(src_dir: Path, out_dir: Path) -> list[Path]:
         if not obj.exists() or obj.stat().st_mtime < newest:
             subprocess.run([clang(), "-g", "-O2", "-target", "bpf", f"-D__TARGET_ARCH_{arch}",
                             "-Wall", "-Werror", "-Wno-unused-function",
-                            f"-I{out_dir}", f"-I{src_dir}", f"-I{LIBBPF_INCLUDE}",
+                            f"-I{header_dir}", f"-I{src_dir}", f"-I{LIBBPF_INCLUDE}",
                             "-c", str(src), "-o", str(obj)], check=True)
         objects.append(obj)
     return objects
 
 
 if __name__ == "__main__":
-    for path in build(Path(sys.argv[1]), Path(sys.argv[2])):
+    for path in build(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]) if len(sys.argv) > 3 else None):
         print(path)

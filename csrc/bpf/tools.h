@@ -61,15 +61,32 @@ static __always_inline bool tool_wanted(__u32 tgid)
 	return true;
 }
 
-/* Write one event to the output chosen at load time. A full ring drops the
- * event: the ring buffer's drop is invisible here, the perf ring counts it as
- * lost and user space reports it. */
+/* Events the ring buffer refused because it was full, one counter per CPU
+ * (so a plain increment is safe); the command adds them up at the end. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} dropped SEC(".maps");
+
+/* Write one event to the output chosen at load time. A full perf ring counts
+ * the loss itself (user space sees a lost-samples record); a full ring buffer
+ * does not, so its refusals are counted in `dropped`. */
 static __always_inline void tool_emit(void *ctx, void *event, __u64 size)
 {
-	if (cfg.use_perf)
+	__u32 zero = 0;
+	__u64 *count;
+
+	if (cfg.use_perf) {
 		bpf_perf_event_output(ctx, &events_perf, BPF_F_CURRENT_CPU, event, size);
-	else
-		bpf_ringbuf_output(&events, event, size, 0);
+		return;
+	}
+	if (bpf_ringbuf_output(&events, event, size, 0)) {
+		count = bpf_map_lookup_elem(&dropped, &zero);
+		if (count)
+			*count += 1;
+	}
 }
 
 #endif /* PYLIBBPF_TOOLS_H */

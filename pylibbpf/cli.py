@@ -1,0 +1,836 @@
+"""The ``pylibbpf`` command: live tracing with the bundled CO-RE programs, and object inspection.
+
+::
+
+    pylibbpf trace exec|exit|open [--json] [--duration S] [--pid P] [--comm NAME]
+                                  [--sample RATE] [--max-pending N] [--ordered]
+    pylibbpf inspect OBJ.bpf.o [--json] [--struct NAME]
+
+``trace`` loads one of the programs built from ``csrc/bpf/`` (package data in
+``pylibbpf/bpf/``), sets its load-time configuration (``struct tool_config``
+in ``.rodata``: the filters, the output map), attaches it and prints its
+events until ``--duration`` ends, Ctrl-C, SIGTERM or a closed stdout. Event
+layouts come from the object's BTF; nothing about them is restated here.
+``inspect`` opens an object without loading it and lists its programs, maps
+and struct layouts.
+
+Errors a person can act on (no privileges, no BTF, no tracefs, a file that is
+not a BPF object) are one line on stderr and exit status 1; usage errors exit
+with 2. A summary (events, drops, late events, events/s) goes to stderr at
+the end of a trace, which exits 0 on Ctrl-C and on a closed stdout pipe.
+"""
+
+from __future__ import annotations
+
+import abc
+import argparse
+import dataclasses
+import datetime
+import errno
+import json
+import logging
+import os
+import select
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn, TextIO
+
+from .consumers import BackpressureConsumer, BackpressureStats, SamplingConsumer
+from .errors import BPFError, LoadError
+from .events import EventDef, EventRecord
+from .object import BPFObject, Link, Map
+from .perfbuf import OrderedBatch, OrderedReader, OrderedStats
+from .ringbuf import RingBuffer
+
+#: Where the bundled objects are installed (package data).
+BUNDLED_DIR = Path(__file__).resolve().parent / "bpf"
+#: The kernel's own BTF: CO-RE relocations are resolved against it.
+VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
+#: Where tracefs is looked for (libbpf reads tracepoint ids from either).
+TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
+
+#: Seconds between two looks at the clock, the status line and stdout.
+_TICK = 0.2
+#: The kernel keeps TASK_COMM_LEN - 1 = 15 bytes of a command name.
+_COMM_MAX = 15
+
+CallbackType = Callable[[Any], Any]
+
+
+class CommandError(Exception):
+    """A failure the person running the command can act on: printed as one line, exit status 1."""
+
+
+# --- the tools ---------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """One column of the live table: its header, width (0: the last, unpadded) and cell text."""
+
+    header: str
+    width: int
+    cell: Callable[[EventRecord], str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Tool:
+    """A bundled program: its object, the BTF struct of its events and its table."""
+
+    name: str
+    help: str
+    columns: tuple[Column, ...]
+
+    @property
+    def object_path(self) -> Path:
+        return BUNDLED_DIR / f"{self.name}.bpf.o"
+
+    @property
+    def event(self) -> str:
+        return f"{self.name}_event"
+
+
+def _errno_name(value: int) -> str:
+    return errno.errorcode.get(value, str(value))
+
+
+def _exit_status(rec: EventRecord) -> str:
+    if rec.signal:
+        try:
+            return signal.Signals(rec.signal).name
+        except ValueError:
+            return f"signal {rec.signal}"
+    return str(rec.exit_code)
+
+
+# open(2) flags by name, with this platform's values (from the os module, not restated here).
+_OPEN_FLAGS = [(name, getattr(os, name)) for name in (
+    "O_CREAT", "O_EXCL", "O_NOCTTY", "O_TRUNC", "O_APPEND", "O_NONBLOCK", "O_DSYNC", "O_SYNC",
+    "O_DIRECT", "O_LARGEFILE", "O_DIRECTORY", "O_NOFOLLOW", "O_NOATIME", "O_CLOEXEC", "O_PATH",
+) if getattr(os, name, 0)]
+
+
+def open_flags(flags: int) -> str:
+    """``O_RDONLY|O_CLOEXEC``-style text for open(2) flags."""
+    access = {os.O_RDONLY: "O_RDONLY", os.O_WRONLY: "O_WRONLY", os.O_RDWR: "O_RDWR"}
+    names = [access.get(flags & os.O_ACCMODE, f"access={flags & os.O_ACCMODE}")]
+    rest = flags & ~os.O_ACCMODE
+    tmpfile = getattr(os, "O_TMPFILE", 0)
+    if tmpfile and rest & tmpfile == tmpfile:  # O_TMPFILE includes O_DIRECTORY's bit
+        names.append("O_TMPFILE")
+        rest &= ~tmpfile
+    for name, bit in _OPEN_FLAGS:
+        if rest & bit:
+            names.append(name)
+            rest &= ~bit
+    if rest:
+        names.append(hex(rest))
+    return "|".join(names)
+
+
+TOOLS: dict[str, Tool] = {t.name: t for t in (
+    Tool("exec", "every execve(): pid, ppid, uid, comm and filename (sched:sched_process_exec)", (
+        Column("PID", 7, lambda r: str(r.pid)),
+        Column("PPID", 7, lambda r: str(r.ppid)),
+        Column("UID", 6, lambda r: str(r.uid)),
+        Column("COMM", 16, lambda r: r.comm),
+        Column("FILENAME", 0, lambda r: r.filename),
+    )),
+    Tool("exit", "every process exit: pid, exit code or signal, lifetime (sched:sched_process_exit)", (
+        Column("PID", 7, lambda r: str(r.pid)),
+        Column("PPID", 7, lambda r: str(r.ppid)),
+        Column("COMM", 16, lambda r: r.comm),
+        Column("EXIT", 9, _exit_status),
+        Column("AGE(s)", 0, lambda r: f"{r.lifetime_ns / 1e9:.3f}"),
+    )),
+    Tool("open", "every openat(): pid, comm, flags, path and result (syscalls:sys_{enter,exit}_openat)", (
+        Column("PID", 7, lambda r: str(r.pid)),
+        Column("COMM", 16, lambda r: r.comm),
+        Column("FD", 4, lambda r: str(r.ret) if r.ret >= 0 else "-1"),
+        Column("ERR", 7, lambda r: _errno_name(-r.ret) if r.ret < 0 else "0"),
+        Column("FLAGS", 24, lambda r: open_flags(r.flags & 0xFFFFFFFF)),
+        Column("PATH", 0, lambda r: r.path),
+    )),
+)}
+
+
+# --- output ------------------------------------------------------------------------------------
+
+class StatusLine:
+    """A one-line progress display on stderr (only when stderr is a terminal)."""
+
+    def __init__(self, stream: TextIO, lock: threading.Lock) -> None:
+        self._stream = stream
+        self._lock = lock
+        self.enabled = stream.isatty()
+        self._shown = False
+
+    def show(self, text: str) -> None:
+        if self.enabled:
+            with self._lock:
+                self._stream.write(f"\r\x1b[K{text}")
+                self._stream.flush()
+                self._shown = True
+
+    def final(self, line: str) -> None:
+        """Replace the status line by a last line that stays (the summary)."""
+        with self._lock:
+            self.clear()
+            self._stream.write(line + "\n")
+            self._stream.flush()
+
+    def clear(self) -> None:
+        """Erase the line (the caller holds the lock): before a table row or the summary."""
+        if self._shown:
+            self._stream.write("\r\x1b[K")
+            self._stream.flush()
+            self._shown = False
+
+
+class EventPrinter:
+    """Parses each event with its BTF layout and writes it as a table row or a JSON line.
+
+    Safe to call from a consumer's thread: writes and flushes share one lock.
+    When stdout's reader goes away (``| head``), ``closed`` is set and events
+    are no longer written; the BrokenPipeError never leaves this class.
+    """
+
+    def __init__(self, tool: Tool, event: EventDef, stream: TextIO, *, as_json: bool, status: StatusLine,
+                 lock: threading.Lock) -> None:
+        self._tool = tool
+        self._event = event
+        self._stream = stream
+        self._json = as_json
+        self._status = status
+        self._lock = lock
+        self._tty = stream.isatty()
+        self._shares_terminal = self._tty and status.enabled
+        self.count = 0
+        self.closed = threading.Event()
+        # bpf_ktime_get_ns() is CLOCK_MONOTONIC, as time.monotonic_ns() on Linux.
+        self._wall_offset_ns = time.time_ns() - time.monotonic_ns()
+
+    def header(self) -> None:
+        if not self._json:
+            cells = ["TIME".ljust(12)] + [c.header.ljust(c.width) if c.width else c.header
+                                          for c in self._tool.columns]
+            self._write(" ".join(cells) + "\n")
+
+    def __call__(self, data: Any) -> None:
+        """Print one raw event (bytes or memoryview of the event struct, perf padding allowed)."""
+        if self.closed.is_set():
+            return
+        rec = self._event.parse(data)
+        wall = datetime.datetime.fromtimestamp((rec.ts + self._wall_offset_ns) / 1e9)
+        if self._json:
+            row = {"time": wall.astimezone().isoformat(timespec="microseconds"), **rec._asdict()}
+            line = json.dumps(row, ensure_ascii=False)
+        else:
+            cells = [wall.strftime("%H:%M:%S.%f")[:12]]
+            cells += [c.cell(rec).ljust(c.width) if c.width else c.cell(rec) for c in self._tool.columns]
+            line = " ".join(cells)
+        self.count += 1
+        self._write(line + "\n")
+
+    def _write(self, text: str) -> None:
+        with self._lock:
+            if self.closed.is_set():
+                return
+            if self._shares_terminal:
+                self._status.clear()
+            try:
+                self._stream.write(text)
+                if self._tty:
+                    self._stream.flush()
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def flush(self) -> None:
+        """Push buffered rows out (a pipe's reader sees them within a tick)."""
+        with self._lock:
+            if self.closed.is_set():
+                return
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def reader_gone(self) -> bool:
+        """True once stdout's reader has gone (a write failed or the pipe reports an error)."""
+        if not self.closed.is_set() and _pipe_broken(self._stream):
+            with self._lock:
+                self._reader_gone()
+        return self.closed.is_set()
+
+    def _reader_gone(self) -> None:
+        # As the Python documentation recommends for SIGPIPE: point stdout at
+        # /dev/null so the interpreter's final flush does not fail again.
+        self.closed.set()
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+
+def _pipe_broken(stream: TextIO) -> bool:
+    """True when ``stream`` is a pipe whose reading end was closed (poll reports POLLERR)."""
+    try:
+        fd = stream.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+    except (OSError, ValueError):
+        return False
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLERR and POLLHUP are always reported
+    return any(ev & select.POLLERR for _, ev in poller.poll(0))
+
+
+# --- event sources -----------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class SourceStats:
+    """What a source knows about the events it carried."""
+
+    received: int = 0  # events read from the kernel
+    dropped: int = 0  # events lost in user space (queue full) or reported lost by the kernel
+    late: int = 0  # events the ordered merge emitted out of order
+    queue_size: int | None = None  # events waiting for the callback, when there is a queue
+    queue_capacity: int | None = None
+
+
+class EventSource(abc.ABC):
+    """Where a trace's events come from: each event's bytes go to ``callback``.
+
+    ``run(timeout)`` delivers for up to ``timeout`` seconds (or lets a
+    consumer's thread do so); KeyboardInterrupt may escape it. ``close()``
+    delivers what is still buffered (the programs are detached by then) and
+    releases everything; it is idempotent.
+    """
+
+    #: Shown in the "tracing ..." line.
+    description = ""
+
+    @abc.abstractmethod
+    def run(self, timeout: float) -> None: ...
+
+    @abc.abstractmethod
+    def stats(self) -> SourceStats: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+
+class RingBufferSource(EventSource):
+    """The default: the ``events`` ring buffer, polled in this thread."""
+
+    description = "ring buffer"
+
+    def __init__(self, m: Map, callback: CallbackType) -> None:
+        self._received = 0
+
+        def count(data: memoryview) -> None:
+            self._received += 1
+            callback(data)
+
+        self._rb = RingBuffer(m, count)
+
+    def run(self, timeout: float) -> None:
+        self._rb.poll(max(0, int(timeout * 1000)))
+
+    def stats(self) -> SourceStats:
+        return SourceStats(received=self._received)
+
+    def close(self) -> None:
+        if not self._rb.closed:
+            try:
+                self._rb.consume()
+            finally:
+                self._rb.close()
+
+
+class BackpressureSource(EventSource):
+    """``--max-pending N`` (and ``--sample``): a native reader keeps draining the kernel ring into a
+    bounded queue; a thread of the consumer prints from it, this thread only waits."""
+
+    description = "ring buffer, backpressure consumer"
+
+    def __init__(self, consumer: BackpressureConsumer) -> None:
+        self._consumer: BackpressureConsumer | None = consumer
+        self._last = self._read_stats(consumer.stats())
+        consumer.start()
+
+    @classmethod
+    def create(cls, m: Map, callback: CallbackType, max_pending: int) -> BackpressureSource:
+        return cls(BackpressureConsumer(m, callback, max_pending=max_pending))
+
+    def run(self, timeout: float) -> None:
+        time.sleep(max(0.0, timeout))
+
+    def stats(self) -> SourceStats:
+        if self._consumer is not None:
+            self._last = self._read_stats(self._consumer.stats())
+        return self._last
+
+    @staticmethod
+    def _read_stats(stats: BackpressureStats) -> SourceStats:
+        return SourceStats(received=stats.events_read, dropped=stats.events_dropped,
+                           queue_size=stats.current_queue_size, queue_capacity=stats.queue_capacity)
+
+    def close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.stop(drain_timeout=2.0)  # what is queued is printed first
+            self._last = self._read_stats(consumer.stats())
+
+
+class SamplingSource(BackpressureSource):
+    """``--sample RATE``: every event is read, a random RATE of them printed."""
+
+    def __init__(self, m: Map, callback: CallbackType, rate: float, max_pending: int | None) -> None:
+        self.rate = rate
+        self.description = f"ring buffer, sampling {rate:.0%}"
+        if max_pending is None:
+            super().__init__(SamplingConsumer(m, callback, sample_rate=rate))
+        else:
+            super().__init__(SamplingConsumer(m, callback, sample_rate=rate, max_pending=max_pending))
+
+
+class OrderedSource(EventSource):
+    """``--ordered``: the ``events_perf`` perf rings merged in timestamp order across CPUs.
+
+    Late events (below one already printed) are printed anyway and counted;
+    the kernel's lost-samples notices are counted as drops.
+    """
+
+    description = "perf buffer, ordered across CPUs"
+
+    def __init__(self, m: Map, callback: CallbackType, event: EventDef) -> None:
+        self._callback = callback
+        self._received = 0
+        self._reader: OrderedReader | None = OrderedReader(m, timestamp="ts", event=event)
+        self._last = SourceStats()
+
+    def run(self, timeout: float) -> None:
+        deadline = time.monotonic() + max(0.0, timeout)
+        while self._reader is not None and (left := deadline - time.monotonic()) > 0:
+            if not self._deliver(self._reader.read_batch(timeout=left)):
+                return
+
+    def _deliver(self, batch: OrderedBatch) -> int:
+        """Print a batch of merged records (lost-samples notices are kept out of it); returns its size."""
+        for data in batch:
+            self._received += 1
+            self._callback(data)
+        return len(batch)
+
+    def stats(self) -> SourceStats:
+        if self._reader is not None:
+            self._last = self._read_stats(self._reader.stats())
+        return self._last
+
+    def _read_stats(self, stats: OrderedStats) -> SourceStats:
+        return SourceStats(received=self._received, dropped=stats.lost_samples, late=stats.late_events)
+
+    def close(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is None:
+            return
+        try:
+            # The programs are detached: what the merge still holds back leaves
+            # once the clock has passed its window.
+            wait = reader.window_ms / 1000 * 2 + 0.05
+            while self._deliver(reader.read_batch(timeout=wait)):
+                pass
+        finally:
+            reader.close()
+            self._last = self._read_stats(reader.stats())
+
+
+# --- trace -------------------------------------------------------------------------------------
+
+def _check_btf() -> None:
+    if not VMLINUX_BTF.exists():
+        raise CommandError(f"this kernel has no BTF ({VMLINUX_BTF} is missing): the bundled CO-RE programs "
+                           "need a kernel built with CONFIG_DEBUG_INFO_BTF=y")
+
+
+def _mount_tracefs(where: Path) -> str | None:
+    """Mount tracefs at ``where``; None on success, else why it failed."""
+    try:
+        proc = subprocess.run(["mount", "-t", "tracefs", "tracefs", str(where)], capture_output=True, text=True,
+                              check=False)
+    except OSError as e:
+        return str(e)
+    return None if proc.returncode == 0 else (proc.stderr.strip() or f"mount exited with {proc.returncode}")
+
+
+def ensure_tracefs() -> None:
+    """Make sure tracefs is mounted (tracepoints attach through it); mount it when it is not."""
+    if any((d / "events").is_dir() for d in TRACEFS_DIRS):
+        return
+    where = TRACEFS_DIRS[0]
+    problem = _mount_tracefs(where)
+    if problem is None and (where / "events").is_dir():
+        return
+    raise CommandError(f"tracefs is not mounted and mounting it at {where} failed ({problem or 'no events/'}): "
+                       f"run `mount -t tracefs tracefs {where}` as root")
+
+
+def _privilege_error(e: BPFError) -> CommandError:
+    return CommandError(f"loading BPF programs needs root or CAP_BPF+CAP_PERFMON ({e.strerror}: {e.what})")
+
+
+def _open_bundled(tool: Tool) -> BPFObject:
+    path = tool.object_path
+    if not path.exists():
+        raise CommandError(f"the bundled program {path.name} is missing from {path.parent}: "
+                           "build the package (`make build`, or `pip install .`)")
+    try:
+        return BPFObject.open(path)
+    except BPFError as e:
+        raise CommandError(f"cannot open the bundled program {path}: {e.strerror}") from e
+
+
+def configure(obj: BPFObject, *, pid: int | None, comm: str | None, use_perf: bool) -> None:
+    """Write the program's ``struct tool_config`` (its only ``.rodata`` variable) before load."""
+    config = obj.btf_struct("tool_config")
+    rodata = [m for m in obj.maps.values() if m.name.endswith(".rodata")]
+    if len(rodata) != 1 or rodata[0].value_size != config.size:
+        raise CommandError(f"{obj.name}: .rodata does not hold exactly one struct tool_config: rebuild it")
+    rodata[0].set_initial_value(config.serialize({
+        "target_tgid": pid or 0,
+        "exclude_tgid": os.getpid(),  # the tracer's own opens and execs are noise
+        "target_comm": (comm or "").encode()[:_COMM_MAX],
+        "use_perf": int(use_perf),
+    }))
+
+
+def _load(obj: BPFObject, verbose: bool) -> None:
+    try:
+        obj.load()
+    except LoadError as e:
+        if e.errno in (errno.EPERM, errno.EACCES):
+            raise _privilege_error(e) from e
+        if verbose and e.log:
+            sys.stderr.write(e.log + "\n")
+        raise CommandError(f"the kernel refused {obj.name}: {e.strerror} ({e.what})"
+                           + ("" if verbose else "; --verbose shows the verifier log")) from e
+    except BPFError as e:
+        if e.errno in (errno.EPERM, errno.EACCES):
+            raise _privilege_error(e) from e
+        raise CommandError(f"cannot load {obj.name}: {e.strerror} ({e.what})") from e
+
+
+def _attach(obj: BPFObject) -> list[Link]:
+    ensure_tracefs()
+    try:
+        return obj.attach_all()
+    except BPFError as e:
+        if e.errno in (errno.EPERM, errno.EACCES):
+            raise _privilege_error(e) from e
+        raise CommandError(f"cannot attach {obj.name}: {e.strerror} ({e.what})") from e
+
+
+def _detach(links: list[Link]) -> None:
+    """Destroy every link, concurrently.
+
+    When the last perf user of a tracepoint leaves, the kernel waits for RCU
+    grace periods before the close returns (tracepoint_synchronize_unregister):
+    up to seconds on a busy machine, once per tracepoint. Those waits overlap.
+    """
+    helpers = [threading.Thread(target=link.destroy, name=f"detach {link.name}") for link in links[1:]]
+    for t in helpers:
+        t.start()
+    if links:
+        links[0].destroy()
+    for t in helpers:
+        t.join()
+
+
+def _kernel_drops(obj: BPFObject) -> int:
+    """Events the BPF side could not write (ring buffer full), summed over CPUs."""
+    try:
+        values = obj.maps["dropped"].lookup(0)
+    except (KeyError, BPFError):
+        return 0
+    if values is None:
+        return 0
+    per_cpu = values if isinstance(values, list) else [values]
+    return sum(int.from_bytes(v[:8], "little") for v in per_cpu)
+
+
+def _make_source(args: argparse.Namespace, obj: BPFObject, event: EventDef, printer: EventPrinter) -> EventSource:
+    """The event source the options ask for."""
+    if args.ordered:
+        return OrderedSource(obj.maps["events_perf"], printer, event)
+    if args.sample is not None:
+        return SamplingSource(obj.maps["events"], printer, args.sample, args.max_pending)
+    if args.max_pending is not None:
+        return BackpressureSource.create(obj.maps["events"], printer, args.max_pending)
+    return RingBufferSource(obj.maps["events"], printer)
+
+
+class _Terminate(Exception):
+    """SIGTERM: stop tracing as on Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> NoReturn:
+    raise _Terminate
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    """``pylibbpf trace TOOL``: load, configure, attach, print until the end, summarize."""
+    tool = TOOLS[args.tool]
+    _check_btf()
+    lock = threading.Lock()
+    status = StatusLine(sys.stderr, lock)
+    with _open_bundled(tool) as obj:
+        event = obj.btf_struct(tool.event)
+        configure(obj, pid=args.pid, comm=args.comm, use_perf=args.ordered)
+        _load(obj, args.verbose)
+        printer = EventPrinter(tool, event, sys.stdout, as_json=args.json, status=status, lock=lock)
+        source: EventSource | None = None
+        links = _attach(obj)
+        started = time.monotonic()
+        try:
+            source = _make_source(args, obj, event, printer)
+            filters = "".join(f", {k} {v}" for k, v in (("pid", args.pid), ("comm", args.comm)) if v)
+            until = f"for {args.duration:g} s" if args.duration else "Ctrl-C to stop"
+            sys.stderr.write(f"tracing {tool.name} ({source.description}{filters})... {until}\n")
+            sys.stderr.flush()
+            printer.header()
+            _trace_loop(source, printer, status, obj, args.duration, started)
+        except (KeyboardInterrupt, _Terminate):
+            pass
+        finally:
+            stopped = time.monotonic()  # events/s over the tracing, not the teardown
+            _detach(links)
+            try:
+                if source is not None:
+                    source.close()
+            except (KeyboardInterrupt, _Terminate):
+                pass
+            printer.flush()
+        elapsed = stopped - started
+        stats = source.stats() if source is not None else SourceStats()
+        _summary(tool, printer, stats, _kernel_drops(obj), elapsed, status, source)
+    return 0
+
+
+def _trace_loop(source: EventSource, printer: EventPrinter, status: StatusLine, obj: BPFObject,
+                duration: float | None, started: float) -> None:
+    deadline = None if duration is None else started + duration
+    last_count, last_time = 0, started
+    while not printer.reader_gone():
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            return
+        step = _TICK if deadline is None else min(_TICK, deadline - now)
+        source.run(step)
+        printer.flush()
+        if status.enabled and time.monotonic() - last_time >= 0.5:
+            now = time.monotonic()
+            rate = (printer.count - last_count) / (now - last_time)
+            last_count, last_time = printer.count, now
+            s = source.stats()
+            queue = f"  queue {s.queue_size}/{s.queue_capacity}" if s.queue_capacity else ""
+            status.show(f"{rate:.0f} events/s{queue}  drops {s.dropped + _kernel_drops(obj)}"
+                        f"{f'  late {s.late}' if s.late else ''}")
+
+
+def _summary(tool: Tool, printer: EventPrinter, stats: SourceStats, kernel_drops: int, elapsed: float,
+             status: StatusLine, source: EventSource | None) -> None:
+    rate = printer.count / elapsed if elapsed > 0 else 0.0
+    line = (f"{tool.name}: {printer.count} events, {stats.dropped + kernel_drops} drops, {stats.late} late, "
+            f"{rate:.1f} events/s over {elapsed:.1f} s")
+    if isinstance(source, SamplingSource):
+        line += f" (sampled {source.rate:.0%} of {stats.received} events read)"
+    status.final(line)
+
+
+# --- inspect -----------------------------------------------------------------------------------
+
+def describe_object(obj: BPFObject, only: str | None = None) -> dict[str, Any]:
+    """Programs, maps and struct layouts of an opened (not loaded) object, as plain data."""
+    programs = [{"name": p.name, "section": p.section, "type": p.type_name} for p in obj.programs.values()]
+    maps = [{"name": m.name, "type": m.type_name, "key_size": m.key_size, "value_size": m.value_size,
+             "max_entries": m.max_entries} for m in obj.maps.values()]
+    structs: list[dict[str, Any]] = []
+    try:
+        names = obj.btf_struct_names()
+    except BPFError:
+        names = []  # no BTF: nothing to describe
+    for name in names:
+        if only is not None and name != only:
+            continue
+        try:
+            event = obj.btf_struct(name)
+        except ValueError as e:  # bitfields, floats: no EventDef for them
+            reason = str(e).removeprefix(f"struct {name}: ")
+            structs.append({"name": name, "error": reason})
+            continue
+        structs.append({"name": name, "size": event.size, "fields": [
+            {"name": f.name, "type": f.type, "count": f.count, "offset": f.offset, "size": f.size}
+            for f in event.field_infos]})
+    if only is not None and not structs:
+        raise CommandError(f"{obj.name} has no struct named {only!r} in its BTF")
+    return {"object": obj.name, "programs": programs, "maps": maps, "structs": structs}
+
+
+def _table(rows: Sequence[Sequence[object]], headers: Sequence[str], right: frozenset[int]) -> list[str]:
+    """Rows as aligned text columns (``right``: indexes of right-aligned columns), indented."""
+    cells = [list(map(str, headers))] + [list(map(str, r)) for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return ["  " + "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                             for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in cells]
+
+
+def format_description(info: dict[str, Any]) -> str:
+    """The human-readable form of :func:`describe_object`'s result."""
+    out = [f"object {info['object']}", "", f"programs ({len(info['programs'])})"]
+    out += _table([(p["name"], p["type"], p["section"]) for p in info["programs"]],
+                  ("NAME", "TYPE", "SECTION"), frozenset())
+    out += ["", f"maps ({len(info['maps'])})"]
+    out += _table([(m["name"], m["type"], m["key_size"], m["value_size"], m["max_entries"]) for m in info["maps"]],
+                  ("NAME", "TYPE", "KEY", "VALUE", "MAX_ENTRIES"), frozenset({2, 3, 4}))
+    out += ["", f"structs ({len(info['structs'])})"]
+    for s in info["structs"]:
+        if "error" in s:
+            out.append(f"  struct {s['name']}: no event layout: {s['error']}")
+            continue
+        out.append(f"  struct {s['name']} ({s['size']} bytes)")
+        rows = [(f["offset"], f["size"], f["type"] + (f"[{f['count']}]" if f["count"] > 1 else ""), f["name"])
+                for f in s["fields"]]
+        out += ["  " + line for line in _table(rows, ("OFFSET", "SIZE", "TYPE", "FIELD"), frozenset({0, 1}))]
+    return "\n".join(out)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """``pylibbpf inspect OBJ``: open (never load) and describe."""
+    path = args.object
+    if not os.path.exists(path):
+        raise CommandError(f"{path}: no such file")
+    try:
+        obj = BPFObject.open(path)
+    except BPFError as e:
+        raise CommandError(f"{path}: not a BPF object file ({e.strerror})") from e
+    with obj:
+        info = describe_object(obj, args.struct)
+    text = json.dumps(info, indent=2) if args.json else format_description(info)
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+# --- the command line --------------------------------------------------------------------------
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line (plus the exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="pylibbpf", description="Trace kernel events with bundled CO-RE programs, "
+                     "or inspect a BPF object.")
+    parser.add_argument("--version", action="version", version=_version_text())
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
+
+    trace = sub.add_parser("trace", help="print kernel events live", description="Print kernel events live: "
+                           + "; ".join(f"{t.name}: {t.help}" for t in TOOLS.values()) + ".")
+    trace.add_argument("tool", choices=sorted(TOOLS), help="what to trace")
+    trace.add_argument("--json", action="store_true", help="one JSON object per event instead of a table")
+    trace.add_argument("--duration", type=_positive_float, metavar="S", help="stop after S seconds")
+    trace.add_argument("--pid", type=_positive_int, metavar="P", help="only process P (filtered in the kernel)")
+    trace.add_argument("--comm", metavar="NAME",
+                       help="only processes named NAME (its first 15 bytes, as the kernel keeps them)")
+    trace.add_argument("--sample", type=_rate, metavar="RATE",
+                       help="print a random fraction RATE (0 < RATE <= 1) of the events")
+    trace.add_argument("--max-pending", type=_positive_int, metavar="N",
+                       help="read in a thread of its own, queue at most N events for printing, drop the rest")
+    trace.add_argument("--ordered", action="store_true",
+                       help="per-CPU perf buffers merged in timestamp order (late events are counted); "
+                       "not with --sample or --max-pending")
+    trace.add_argument("-v", "--verbose", action="store_true", help="show libbpf's messages and verifier logs")
+    trace.set_defaults(func=cmd_trace)
+
+    inspect = sub.add_parser("inspect", help="describe a BPF object file without loading it",
+                             description="List the programs, maps and BTF struct layouts of a BPF object "
+                             "(opened, not loaded: no privileges needed).")
+    inspect.add_argument("object", help="a BPF ELF object (.bpf.o)")
+    inspect.add_argument("--json", action="store_true", help="print JSON")
+    inspect.add_argument("--struct", metavar="NAME", help="only this struct")
+    inspect.add_argument("-v", "--verbose", action="store_true", help="show libbpf's messages")
+    inspect.set_defaults(func=cmd_inspect)
+    return parser
+
+
+def _version_text() -> str:
+    from . import __version__, libbpf_version
+
+    return f"pylibbpf {__version__} (libbpf {libbpf_version()})"
+
+
+def _setup_logging(verbose: bool) -> None:
+    """libbpf's messages go to stderr only with --verbose: errors are reported as one line instead."""
+    logger = logging.getLogger("pylibbpf")
+    if verbose:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+    else:
+        logger.addHandler(logging.NullHandler())
+    logger.propagate = False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; returns the exit status (the console script's entry point)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "trace" and args.ordered and (args.sample is not None or args.max_pending is not None):
+        parser.error("--ordered reads perf buffers: it does not combine with --sample or --max-pending")
+    _setup_logging(args.verbose)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return int(args.func(args))
+    except CommandError as e:
+        sys.stderr.write(f"pylibbpf {args.command}: {e}\n")
+        return 1
+    except BPFError as e:
+        sys.stderr.write(f"pylibbpf {args.command}: {e.strerror} ({e.what})\n")
+        return 1
+    except (KeyboardInterrupt, _Terminate):
+        return 0  # before tracing started: nothing to summarize
+    finally:
+        signal.signal(signal.SIGTERM, previous)

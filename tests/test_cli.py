@@ -1,0 +1,456 @@
+"""The ``pylibbpf`` command end to end: ``python -m pylibbpf`` in a subprocess on the real kernel.
+
+Every trace waits for the command's "tracing ..." line on stderr (printed once
+the programs are attached) before it makes the events it looks for, and those
+events come from processes the test starts and controls: no sleeping on the
+hope that the tracer is ready.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pylibbpf import cli
+
+COMMAND = [sys.executable, "-m", "pylibbpf"]
+READY_TIMEOUT = 60.0
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module", autouse=True)
+def bundled_programs() -> None:
+    """The command's programs, rebuilt when csrc/bpf/ is newer (as the package build does)."""
+    import build_bpf  # tools/, on sys.path through conftest
+
+    if build_bpf.VMLINUX_BTF.exists():
+        build_bpf.build(ROOT / "csrc" / "bpf", cli.BUNDLED_DIR, vmlinux_dir=ROOT / "build" / "bpf")
+
+
+class Tracer:
+    """``pylibbpf trace ...`` in a subprocess; its stdout and stderr are collected by threads."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([*COMMAND, "trace", *args], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._ready = threading.Event()
+        self._threads = [threading.Thread(target=self._collect, args=(self.proc.stdout, self.out, False)),
+                         threading.Thread(target=self._collect, args=(self.proc.stderr, self.err, True))]
+        for t in self._threads:
+            t.start()
+
+    def _collect(self, stream: Any, lines: list[str], watch: bool) -> None:
+        for line in stream:
+            lines.append(line)
+            if watch and line.startswith("tracing "):
+                self._ready.set()
+        if watch:
+            self._ready.set()  # the command ended: never wait forever
+
+    def wait_ready(self) -> None:
+        """Return once the programs are attached; fail with the command's stderr if it ended first."""
+        assert self._ready.wait(READY_TIMEOUT), "the tracer did not start in time"
+        assert any(line.startswith("tracing ") for line in self.err), f"tracer failed: {''.join(self.err)}"
+
+    def finish(self, timeout: float = 30.0) -> int:
+        """Wait for the end (the --duration given); returns the exit status."""
+        try:
+            rc = self.proc.wait(timeout)
+        finally:
+            self.close()
+        return rc
+
+    def interrupt(self) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        return self.finish()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for t in self._threads:
+            t.join()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+    def records(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.out]
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.err)
+
+
+def run_command(*args: str, prefix: tuple[str, ...] = (), timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*prefix, *COMMAND, *args], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    """A person-readable failure: non-zero exit, exactly one line on stderr, no traceback."""
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def run_true() -> int:
+    """Exec /bin/true in a child and return its pid (the exec keeps it)."""
+    child = subprocess.Popen(["/bin/true"])
+    child.wait()
+    return child.pid
+
+
+# --- trace ---------------------------------------------------------------------------------------
+
+def test_trace_exec_json_shows_the_exec(bpf_privileged: None) -> None:
+    tracer = Tracer("exec", "--json", "--duration", "2")
+    try:
+        tracer.wait_ready()
+        pid = run_true()
+        rc = tracer.finish()
+    finally:
+        tracer.close()
+    assert rc == 0, tracer.stderr
+    mine = [r for r in tracer.records() if r["pid"] == pid]
+    assert len(mine) == 1, tracer.out
+    assert mine[0]["filename"] == "/bin/true"
+    assert mine[0]["comm"] == "true"
+    assert mine[0]["ppid"] == os.getpid()
+    assert mine[0]["uid"] == os.getuid()
+    assert mine[0]["ts"] > 0 and "time" in mine[0]
+    summary = tracer.err[-1]
+    assert summary.startswith("exec: ") and " events, " in summary and " drops, " in summary
+    assert " late, " in summary and "events/s" in summary
+
+
+def test_trace_exec_table(bpf_privileged: None) -> None:
+    tracer = Tracer("exec", "--duration", "1.5")
+    try:
+        tracer.wait_ready()
+        pid = run_true()
+        rc = tracer.finish()
+    finally:
+        tracer.close()
+    assert rc == 0, tracer.stderr
+    assert tracer.out[0].split() == ["TIME", "PID", "PPID", "UID", "COMM", "FILENAME"]
+    rows = [line.split() for line in tracer.out[1:]]
+    assert [str(pid), str(os.getpid()), str(os.getuid()), "true", "/bin/true"] in [r[1:] for r in rows]
+
+
+def test_trace_exec_pid_filter(bpf_privileged: None) -> None:
+    # The child waits for a line on stdin, so its exec happens while the tracer is attached.
+    child = subprocess.Popen(["sh", "-c", "read line; exec /bin/true"], stdin=subprocess.PIPE)
+    try:
+        tracer = Tracer("exec", "--json", "--duration", "2", "--pid", str(child.pid))
+        try:
+            tracer.wait_ready()
+            other = run_true()
+            assert child.stdin is not None
+            child.stdin.write(b"go\n")
+            child.stdin.close()
+            child.wait()
+            rc = tracer.finish()
+        finally:
+            tracer.close()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if child.stdin is not None:
+            child.stdin.close()
+    assert rc == 0, tracer.stderr
+    records = tracer.records()
+    assert [(r["pid"], r["filename"]) for r in records] == [(child.pid, "/bin/true")]
+    assert other not in {r["pid"] for r in records}
+    assert f"pid {child.pid}" in tracer.err[0]
+
+
+def test_trace_exit_code_and_comm_filter(bpf_privileged: None) -> None:
+    child = subprocess.Popen(["sh", "-c", "read line; exit 3"], stdin=subprocess.PIPE)
+    try:
+        tracer = Tracer("exit", "--json", "--duration", "2", "--comm", "sh")
+        try:
+            tracer.wait_ready()
+            run_true()  # exits too, but is not named sh
+            assert child.stdin is not None
+            child.stdin.write(b"go\n")
+            child.stdin.close()
+            assert child.wait() == 3
+            rc = tracer.finish()
+        finally:
+            tracer.close()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if child.stdin is not None:
+            child.stdin.close()
+    assert rc == 0, tracer.stderr
+    records = tracer.records()
+    assert records and all(r["comm"] == "sh" for r in records)
+    mine = [r for r in records if r["pid"] == child.pid]
+    assert len(mine) == 1
+    assert mine[0]["exit_code"] == 3 and mine[0]["signal"] == 0
+    assert mine[0]["ppid"] == os.getpid()
+    assert 0 < mine[0]["lifetime_ns"] < 120 * 10**9
+
+
+def test_trace_open_sees_our_file(bpf_privileged: None, tmp_path: Path) -> None:
+    target = tmp_path / f"pylibbpf-open-{os.getpid()}-{time.monotonic_ns()}.txt"
+    tracer = Tracer("open", "--json", "--duration", "2")
+    try:
+        tracer.wait_ready()
+        while tracer.proc.poll() is None:  # open it over and over until the tracer ends
+            with open(target, "w"):
+                pass
+            time.sleep(0.05)
+        rc = tracer.finish()
+    finally:
+        tracer.close()
+    assert rc == 0, tracer.stderr
+    mine = [r for r in tracer.records() if r["path"] == str(target)]
+    assert mine, f"no open of {target} among {len(tracer.out)} events"
+    first = mine[0]
+    assert first["pid"] == os.getpid()
+    assert first["ret"] >= 0
+    assert first["flags"] & os.O_CREAT and first["flags"] & os.O_ACCMODE == os.O_WRONLY
+
+
+def test_ctrl_c_exits_cleanly_with_a_summary(bpf_privileged: None) -> None:
+    tracer = Tracer("exec", "--json")
+    try:
+        tracer.wait_ready()
+        pid = run_true()
+        deadline = time.monotonic() + 10
+        while not any(str(pid) in line for line in tracer.out) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the event is printed within a tick
+        rc = tracer.interrupt()
+    finally:
+        tracer.close()
+    assert rc == 0, tracer.stderr
+    assert "Traceback" not in tracer.stderr
+    assert pid in {r["pid"] for r in tracer.records()}
+    assert tracer.err[-1].startswith("exec: ")
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"]])
+def test_closed_stdout_pipe_exits_cleanly(bpf_privileged: None, tmp_path: Path, fmt: list[str]) -> None:
+    """``pylibbpf trace exec | head -1``: the tracer notices the pipe closing and exits 0."""
+    err = tmp_path / "stderr"
+    tracer = " ".join([*COMMAND, "trace", "exec", "--duration", "30", *fmt])
+    script = f"{tracer} 2>{err} | head -1; exit ${{PIPESTATUS[0]}}"
+    started = time.monotonic()
+    pipeline = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        while pipeline.poll() is None and time.monotonic() - started < 30:
+            run_true()  # something for the JSON form to print
+            time.sleep(0.1)
+        out, _ = pipeline.communicate(timeout=30)
+    finally:
+        if pipeline.poll() is None:
+            pipeline.kill()
+            pipeline.communicate()
+    stderr = err.read_text()
+    assert pipeline.returncode == 0, stderr
+    assert time.monotonic() - started < 25, "the tracer kept running after its reader left"
+    assert len(out.splitlines()) == 1
+    if fmt:
+        assert json.loads(out)["filename"]
+    assert "Traceback" not in stderr and "Exception" not in stderr
+    assert stderr.splitlines()[-1].startswith("exec: ")
+
+
+def test_trace_max_pending(bpf_privileged: None) -> None:
+    tracer = Tracer("exec", "--json", "--duration", "2", "--max-pending", "100")
+    try:
+        tracer.wait_ready()
+        pid = run_true()
+        rc = tracer.finish()
+    finally:
+        tracer.close()
+    assert rc == 0, tracer.stderr
+    assert pid in {r["pid"] for r in tracer.records()}
+    assert "backpressure" in tracer.err[0]
+
+
+def test_trace_sample_everything(bpf_privileged: None) -> None:
+    tracer = Tracer("exec", "--json", "--duration", "2", "--sample", "1", "--max-pending", "500")
+    try:
+        tracer.wait_ready()
+        pid = run_true()
+        rc = tracer.finish()
+    finally:
+        tracer.close()
+    assert rc == 0, tracer.stderr
+    assert pid in {r["pid"] for r in tracer.records()}
+    assert "sampled 100%" in tracer.err[-1]
+
+
+def test_trace_ordered(bpf_privileged: None) -> None:
+    tracer = Tracer("exec", "--json", "--duration", "2", "--ordered")
+    try:
+        tracer.wait_ready()
+        pids = [run_true() for _ in range(5)]
+        rc = tracer.finish()
+    finally:
+        tracer.close()
+    assert rc == 0, tracer.stderr
+    records = tracer.records()
+    assert set(pids) <= {r["pid"] for r in records}
+    stamps = [r["ts"] for r in records]
+    if ", 0 late," in tracer.err[-1]:  # out-of-order events are only allowed when counted as late
+        assert stamps == sorted(stamps)
+
+
+# --- inspect -------------------------------------------------------------------------------------
+
+def test_inspect_lists_programs_maps_and_layouts(bpf_objects: dict[str, Path]) -> None:
+    proc = run_command("inspect", str(bpf_objects["layout"]))
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert "use_types" in text and "syscall" in text
+    assert "events" in text and "ringbuf" in text
+    assert "struct layout_event (120 bytes)" in text
+    lines = text.splitlines()
+    comm = next(line.split() for line in lines if line.split()[-1:] == ["comm"])
+    assert comm == ["32", "16", "char[16]", "comm"]
+    bitfield = next(line for line in lines if "layout_bitfield" in line)
+    assert "bitfield" in bitfield.split("layout_bitfield", 1)[1]
+
+
+def test_inspect_json(bpf_objects: dict[str, Path]) -> None:
+    proc = run_command("inspect", "--json", str(bpf_objects["layout"]))
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["object"] == "layout"
+    assert {"name": "use_types", "section": "syscall", "type": "syscall"} in info["programs"]
+    events = next(m for m in info["maps"] if m["name"] == "events")
+    assert events == {"name": "events", "type": "ringbuf", "key_size": 0, "value_size": 0, "max_entries": 4096}
+    structs = {s["name"]: s for s in info["structs"]}
+    layout = structs["layout_event"]
+    assert layout["size"] == 120
+    fields = {f["name"]: f for f in layout["fields"]}
+    assert fields["pid"] == {"name": "pid", "type": "u32", "count": 1, "offset": 8, "size": 4}
+    assert fields["ports.dport"]["offset"] == 14
+    assert fields["matrix"] == {"name": "matrix", "type": "i16", "count": 6, "offset": 64, "size": 12}
+    assert "bitfield" in structs["layout_bitfield"]["error"]
+    assert "fields" not in structs["layout_bitfield"]
+
+
+def test_inspect_bundled_objects_without_privileges(bpf_privileged: None) -> None:
+    """Inspect only opens the object: it works for anyone (here: nobody), on every bundled tool."""
+    setpriv = shutil.which("setpriv")
+    prefix = (setpriv, "--reuid=65534", "--regid=65534", "--clear-groups") if setpriv else ()
+    for tool in cli.TOOLS.values():
+        proc = run_command("inspect", "--json", "--struct", tool.event, str(tool.object_path), prefix=prefix)
+        assert proc.returncode == 0, proc.stderr
+        info = json.loads(proc.stdout)
+        assert [s["name"] for s in info["structs"]] == [tool.event]
+        assert info["structs"][0]["fields"][0]["name"] == "ts"  # the timestamp comes first
+        assert {"events", "events_perf"} <= {m["name"] for m in info["maps"]}
+        assert all(p["type"] == "tracepoint" for p in info["programs"])
+
+
+def test_rodata_configuration_before_load(bpf_privileged: None) -> None:
+    """The filters travel in .rodata, set with Map.set_initial_value before load and frozen after."""
+    from pylibbpf import BPFError, BPFObject
+
+    with BPFObject.open(cli.TOOLS["exec"].object_path) as obj:
+        rodata = obj.maps["exec.rodata"]
+        config = obj.btf_struct("tool_config")
+        assert rodata.initial_value == bytes(config.size)
+        with pytest.raises(ValueError, match="must be 32 bytes"):
+            rodata.set_initial_value(b"short")
+        cli.configure(obj, pid=42, comm="a-very-long-command-name", use_perf=True)
+        values = config.parse(rodata.initial_value)
+        assert (values.target_tgid, values.exclude_tgid, values.use_perf) == (42, os.getpid(), 1)
+        assert values.target_comm == "a-very-long-com"  # 15 bytes: what the kernel keeps of a name
+        obj.load()
+        with pytest.raises(BPFError):
+            rodata.set_initial_value(bytes(config.size))
+
+
+# --- errors a person can act on ------------------------------------------------------------------
+
+def test_inspect_not_a_bpf_object(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.bpf.o"
+    junk.write_bytes(b"this is not an ELF file\n" * 10)
+    assert_one_line_error(run_command("inspect", str(junk)), str(junk), "not a BPF object")
+
+
+def test_inspect_missing_file(tmp_path: Path) -> None:
+    assert_one_line_error(run_command("inspect", str(tmp_path / "nope.bpf.o")), "no such file")
+
+
+def test_unknown_tool() -> None:
+    proc = run_command("trace", "fork")
+    assert proc.returncode == 2
+    assert_one_line_error(proc, "invalid choice", "fork")
+
+
+def test_not_root(bpf_privileged: None) -> None:
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+    proc = run_command("trace", "exec", "--duration", "1",
+                       prefix=(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"))
+    assert_one_line_error(proc, "needs root or CAP_BPF+CAP_PERFMON")
+
+
+def test_no_btf(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    monkeypatch.setattr(cli, "VMLINUX_BTF", tmp_path / "vmlinux")
+    assert cli.main(["trace", "exec", "--duration", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no BTF" in err and str(tmp_path / "vmlinux") in err
+
+
+def test_tracefs_missing_and_not_mountable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(cli, "TRACEFS_DIRS", (tmp_path / "tracing", tmp_path / "debug" / "tracing"))
+    monkeypatch.setattr(cli, "_mount_tracefs", lambda where: "mount: permission denied")
+    with pytest.raises(cli.CommandError, match=r"tracefs is not mounted .* permission denied"):
+        cli.ensure_tracefs()
+
+
+def test_tracefs_mounted_is_fine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "tracing" / "events").mkdir(parents=True)
+    monkeypatch.setattr(cli, "TRACEFS_DIRS", (tmp_path / "tracing",))
+    monkeypatch.setattr(cli, "_mount_tracefs", lambda where: pytest.fail("mounted although present"))
+    cli.ensure_tracefs()
+
+
+def test_bad_option_values() -> None:
+    for args in (["--sample", "2"], ["--duration", "0"], ["--max-pending", "-1"], ["--sample", "0.5", "--ordered"],
+                 ["--max-pending", "5", "--ordered"], ["--pid", "x"]):
+        proc = run_command("trace", "exec", *args)
+        assert proc.returncode == 2, args
+        assert_one_line_error(proc)
+
+
+# --- pieces ----------------------------------------------------------------------------------------
+
+def test_open_flags_text() -> None:
+    assert cli.open_flags(os.O_RDONLY) == "O_RDONLY"
+    assert cli.open_flags(os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC) == \
+        "O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC"
+    assert cli.open_flags(os.O_RDWR | 0x40000000).startswith("O_RDWR|")
+
+
+def test_python_dash_m_help() -> None:
+    proc = run_command("--help")
+    assert proc.returncode == 0 and "trace" in proc.stdout and "inspect" in proc.stdout
