@@ -1,0 +1,371 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* bench_c - the C ceiling: the same producer object, consumed with the pinned
+ * libbpf's ring_buffer__consume / perf_buffer__consume, in one process.
+ *
+ * usage: bench_c OBJ ringbuf|perfbuf drain|steady|latency SIZE EVENTS
+ *                [min_time_ms=300] [perf_pages=4096] [perf_wakeup=4096] [rate=10000] [chunk=4096]
+ *
+ * drain:   fill the ring(s) with EVENTS events, then time the consume; repeat
+ *          until min_time_ms of consuming has accumulated.
+ * steady:  a forked child (pinned to the last CPU) produces EVENTS events in
+ *          chunks while this process (pinned to CPU 0) polls.
+ * latency: the child produces one event per trigger at `rate` per second;
+ *          this process records now - event.ts for each (CLOCK_MONOTONIC).
+ * Prints one JSON object (producer_s: when the steady/latency producer finished). Every event's sequence number is checked: each
+ * stream (seq >> 48) must arrive as consecutive numbers.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/perf_event.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#define MAX_STREAMS 64
+#define PRODUCE_BATCH_WAKEUP 1
+
+struct event_head {
+	uint64_t seq;
+	uint64_t ts;
+};
+
+struct produce_args {
+	uint64_t count, first_seq, size, flags;
+};
+
+static struct {
+	uint64_t next[MAX_STREAMS];
+	uint64_t received, gaps, seq_errors;
+	uint64_t *lat;
+	uint64_t nlat, cap_lat;
+} st;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+static double cpu_s(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+static void pin(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}
+
+/* The per-event work every consumer does: check the sequence, maybe record latency. */
+static inline void on_event(const void *data)
+{
+	const struct event_head *e = data;
+	uint64_t stream = (e->seq >> 48) % MAX_STREAMS, n = e->seq & ((1ull << 48) - 1);
+
+	if (n != st.next[stream]) {
+		if (n > st.next[stream])
+			st.gaps += n - st.next[stream];
+		else
+			st.seq_errors++;
+	}
+	st.next[stream] = n + 1;
+	st.received++;
+	if (st.lat && st.nlat < st.cap_lat)
+		st.lat[st.nlat++] = now_ns() - e->ts;
+}
+
+static int ring_cb(void *ctx, void *data, size_t size)
+{
+	(void)ctx;
+	(void)size;
+	on_event(data);
+	return 0;
+}
+
+static void perf_cb(void *ctx, int cpu, void *data, __u32 size)
+{
+	(void)ctx;
+	(void)cpu;
+	(void)size;
+	on_event(data);
+}
+
+/* perf_buffer__new_raw hands over whole records: a sample is header, u32 size, data. */
+static enum bpf_perf_event_ret perf_raw_cb(void *ctx, int cpu, struct perf_event_header *hdr)
+{
+	(void)ctx;
+	(void)cpu;
+	if (hdr->type == PERF_RECORD_SAMPLE)
+		on_event((char *)(hdr + 1) + sizeof(uint32_t));
+	return LIBBPF_PERF_EVENT_CONT;
+}
+
+static struct bpf_object *obj;
+static int prog_fd, is_perf, ncpu;
+static uint64_t size;
+
+/* One trigger; returns the number of events emitted (fewer when the ring was full). */
+static long trigger(uint64_t count, uint64_t first_seq, uint64_t flags, int cpu)
+{
+	struct produce_args args = { count, first_seq, size, flags };
+	LIBBPF_OPTS(bpf_test_run_opts, opts, .ctx_in = &args, .ctx_size_in = sizeof(args));
+
+	if (is_perf) {
+		opts.flags = BPF_F_TEST_RUN_ON_CPU;
+		opts.cpu = cpu;
+	}
+	if (bpf_prog_test_run_opts(prog_fd, &opts)) {
+		fprintf(stderr, "bpf_prog_test_run_opts: %s\n", strerror(errno));
+		exit(1);
+	}
+	return (long)opts.retval;
+}
+
+/* Emit `total` events as chunks, retrying what a full ring refused; perf streams are per CPU. */
+static uint64_t stream_next[MAX_STREAMS];
+
+static void produce(uint64_t total, uint64_t chunk, uint64_t flags, uint64_t period_ns)
+{
+	uint64_t done = 0, deadline = now_ns();
+	int cpu = 0;
+
+	while (done < total) {
+		uint64_t count = total - done < chunk ? total - done : chunk;
+		long got;
+
+		if (period_ns) {
+			struct timespec ts;
+
+			deadline += period_ns;
+			ts.tv_sec = deadline / 1000000000ull;
+			ts.tv_nsec = deadline % 1000000000ull;
+			clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+		}
+		got = trigger(count, ((uint64_t)cpu << 48) | stream_next[cpu], flags, cpu);
+		stream_next[cpu] += got;
+		done += got;
+		if ((uint64_t)got < count)
+			usleep(50);   /* ring full: the consumer is behind */
+		if (is_perf)
+			cpu = (cpu + 1) % ncpu;
+	}
+}
+
+static uint64_t failures(void)
+{
+	int fd = bpf_object__find_map_fd_by_name(obj, "failures");
+	uint32_t key = is_perf;
+	uint64_t val = 0;
+
+	bpf_map_lookup_elem(fd, &key, &val);
+	return val;
+}
+
+static int pct(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static const char *arg(int argc, char **argv, const char *key, const char *dflt)
+{
+	size_t n = strlen(key);
+
+	for (int i = 6; i < argc; i++)
+		if (!strncmp(argv[i], key, n) && argv[i][n] == '=')
+			return argv[i] + n + 1;
+	return dflt;
+}
+
+int main(int argc, char **argv)
+{
+	struct ring_buffer *rb = NULL;
+	struct perf_buffer *pb = NULL;
+	uint64_t events, produced = 0, rounds = 0, fail0, min_time_ns, t_last = 0;
+	double wall = 0, cpu = 0, producer_s = -1;
+	uint64_t producer_end = 0;
+	const char *mode;
+	int latency, drain;
+
+	if (argc < 6) {
+		fprintf(stderr, "usage: %s OBJ ringbuf|perfbuf drain|steady|latency SIZE EVENTS [key=value...]\n",
+			argv[0]);
+		return 2;
+	}
+	is_perf = !strcmp(argv[2], "perfbuf");
+	mode = argv[3];
+	latency = !strcmp(mode, "latency");
+	drain = !strcmp(mode, "drain");
+	size = strtoull(argv[4], NULL, 0);
+	events = strtoull(argv[5], NULL, 0);
+	min_time_ns = strtoull(arg(argc, argv, "min_time_ms", "300"), NULL, 0) * 1000000ull;
+	ncpu = libbpf_num_possible_cpus();
+	if (ncpu > (int)sysconf(_SC_NPROCESSORS_ONLN))
+		ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+
+	obj = bpf_object__open_file(argv[1], NULL);
+	if (!obj || bpf_object__load(obj)) {
+		fprintf(stderr, "cannot load %s: %s\n", argv[1], strerror(errno));
+		return 1;
+	}
+	prog_fd = bpf_program__fd(bpf_object__find_program_by_name(obj, is_perf ? "produce_perf" : "produce_ring"));
+	if (is_perf) {
+		int map_fd = bpf_object__find_map_fd_by_name(obj, "events");
+		size_t pages = strtoull(arg(argc, argv, "perf_pages", "4096"), NULL, 0);
+
+		if (latency) {
+			pb = perf_buffer__new(map_fd, pages, perf_cb, NULL, NULL, NULL);
+		} else {
+			/* wakeup_events=1 (perf_buffer__new's default) caps the producer near 0.1-0.2 M ev/s here */
+			struct perf_event_attr attr = {
+				.type = PERF_TYPE_SOFTWARE, .config = PERF_COUNT_SW_BPF_OUTPUT,
+				.sample_type = PERF_SAMPLE_RAW, .sample_period = 1,
+				.wakeup_events = strtoul(arg(argc, argv, "perf_wakeup", "4096"), NULL, 0),
+			};
+			attr.size = sizeof(attr);
+			pb = perf_buffer__new_raw(map_fd, pages, &attr, perf_raw_cb, NULL, NULL);
+		}
+		if (!pb) {
+			fprintf(stderr, "perf_buffer__new: %s\n", strerror(errno));
+			return 1;
+		}
+	} else {
+		rb = ring_buffer__new(bpf_object__find_map_fd_by_name(obj, "rb"), ring_cb, NULL, NULL);
+		if (!rb) {
+			fprintf(stderr, "ring_buffer__new: %s\n", strerror(errno));
+			return 1;
+		}
+	}
+	if (latency) {
+		st.cap_lat = events;
+		st.lat = calloc(events, sizeof(*st.lat));
+	}
+	fail0 = failures();
+	pin(0);
+
+	if (drain) {
+		do {
+			uint64_t t0, before = st.received;
+			double c0;
+
+			/* fill: each CPU's ring gets its share (perf), or the one ring gets all */
+			for (int c = 0; c < (is_perf ? ncpu : 1); c++) {
+				uint64_t share = events / (is_perf ? ncpu : 1);
+				long got = trigger(share, ((uint64_t)c << 48) | stream_next[c], PRODUCE_BATCH_WAKEUP, c);
+
+				stream_next[c] += got;
+				produced += got;
+			}
+			t0 = now_ns();
+			c0 = cpu_s();
+			while (st.received < produced) {
+				int n = is_perf ? perf_buffer__consume(pb) : ring_buffer__consume(rb);
+
+				if (n < 0 || st.received == before)
+					break;
+				before = st.received;
+			}
+			wall += (now_ns() - t0) / 1e9;
+			cpu += cpu_s() - c0;
+			rounds++;
+		} while (wall * 1e9 < min_time_ns && rounds < 200);
+	} else {
+		uint64_t rate = strtoull(arg(argc, argv, "rate", "10000"), NULL, 0);
+		uint64_t chunk = strtoull(arg(argc, argv, "chunk", "4096"), NULL, 0);
+		uint64_t t0 = now_ns(), idle_since = 0;
+		double c0 = cpu_s();
+		int done_pipe[2];
+		pid_t child;
+
+		if (pipe(done_pipe)) {
+			perror("pipe");
+			return 1;
+		}
+		child = fork();
+		if (child == 0) {
+			/* when done, tell the parent when (CLOCK_MONOTONIC): did the consumer keep up? */
+			uint64_t end;
+
+			close(done_pipe[0]);
+			pin(ncpu - 1);
+			if (latency)
+				produce(events, 1, 0, 1000000000ull / rate);
+			else
+				produce(events, chunk, PRODUCE_BATCH_WAKEUP, 0);
+			end = now_ns();
+			if (write(done_pipe[1], &end, sizeof(end)) != sizeof(end))
+				_exit(1);
+			_exit(0);
+		}
+		close(done_pipe[1]);
+		produced = events;
+		while (st.received < produced) {
+			uint64_t before = st.received;
+			int n = is_perf ? perf_buffer__poll(pb, 10) : ring_buffer__poll(rb, 10);
+
+			if (n == 0)   /* a timer poll too: wakeups may be batched */
+				n = is_perf ? perf_buffer__consume(pb) : ring_buffer__consume(rb);
+			if (n < 0 && n != -EINTR)
+				break;
+			if (st.received != before) {
+				t_last = now_ns();
+				idle_since = 0;
+			} else if (!idle_since) {
+				idle_since = now_ns();
+			} else if (now_ns() - idle_since > 2000000000ull && waitpid(child, NULL, WNOHANG) == child) {
+				child = 0;
+				break;   /* the producer is done and nothing came for 2 s: the rest is missing */
+			}
+		}
+		if (!t_last)
+			t_last = now_ns();
+		wall = (t_last - t0) / 1e9;
+		cpu = cpu_s() - c0;
+		if (child > 0)
+			waitpid(child, NULL, 0);
+		if (read(done_pipe[0], &producer_end, sizeof(producer_end)) != sizeof(producer_end))
+			producer_end = 0;
+		else
+			producer_s = (producer_end - t0) / 1e9;
+		close(done_pipe[0]);
+		rounds = 1;
+	}
+
+	printf("{\"received\": %llu, \"produced\": %llu, \"gaps\": %llu, \"seq_errors\": %llu, "
+	       "\"wall_s\": %.9f, \"cpu_s\": %.6f, \"rounds\": %llu, \"producer_full\": %llu",
+	       (unsigned long long)st.received, (unsigned long long)produced, (unsigned long long)st.gaps,
+	       (unsigned long long)st.seq_errors, wall, cpu, (unsigned long long)rounds,
+	       (unsigned long long)(failures() - fail0));
+	if (producer_s >= 0)
+		printf(", \"producer_s\": %.9f", producer_s);
+	if (st.nlat) {
+		qsort(st.lat, st.nlat, sizeof(*st.lat), pct);
+		printf(", \"p50_us\": %.3f, \"p99_us\": %.3f", st.lat[st.nlat / 2] / 1e3,
+		       st.lat[st.nlat * 99 / 100] / 1e3);
+	}
+	printf("}\n");
+	ring_buffer__free(rb);
+	perf_buffer__free(pb);
+	bpf_object__close(obj);
+	return 0;
+}

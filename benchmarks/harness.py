@@ -1,0 +1,258 @@
+"""The measurement engine shared by every Python consumer (pylibbpf and bcc).
+
+A consumer is a :class:`Reader`: ``step(timeout_ms)`` takes whatever it can
+(waiting up to ``timeout_ms``; 0 means "do not wait") and feeds each event to a
+:class:`SeqCheck`, which verifies the sequence numbers and counts what arrived.
+The run functions below drive a Reader through the three modes and return the
+raw figures; ``__main__`` turns them into the published rows.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .producers import Trigger
+
+U64 = struct.Struct("<Q")
+HEAD = struct.Struct("<QQ")   # seq, ts: the head of every event
+STREAM_SHIFT = 48             # seq = stream << 48 | n; a stream is a producer CPU (perf) or the one ring
+
+
+def now_ns() -> int:
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+class SeqCheck:
+    """Checks that every stream's sequence numbers arrive consecutively; records latencies if asked.
+
+    The hot paths keep the next expected seq in a local and call :meth:`jump`
+    only when an event is not the expected one (a new stream, a gap, a repeat).
+    """
+
+    def __init__(self, latency: bool = False) -> None:
+        self.latency = latency
+        self.next: dict[int, int] = {}   # stream -> next expected seq, saved when the stream changes
+        self.expect = 0                  # the walk paths' expected seq
+        self.gaps = 0                    # events skipped over (missing in the middle)
+        self.seq_errors = 0              # events repeated or out of order
+        self.lat_ns: list[int] = []
+        self._n = 0
+        self._counters: list[Callable[[], int]] = []
+
+    @property
+    def received(self) -> int:
+        return self._n + sum(count() for count in self._counters)
+
+    def count(self, counter: Callable[[], int]) -> None:
+        """Add a consumer's own event counter (a closure's count) to ``received``."""
+        self._counters.append(counter)
+
+    def jump(self, expect: int, seq: int) -> int:
+        """Slow path: leave the stream of ``expect``, check ``seq`` against its own stream; the next expected."""
+        self.next[expect >> STREAM_SHIFT] = expect
+        stream = seq >> STREAM_SHIFT
+        want = self.next.get(stream, stream << STREAM_SHIFT)
+        if seq > want:
+            self.gaps += seq - want
+        elif seq < want:
+            self.seq_errors += 1
+        return seq + 1
+
+    def on_ring(self) -> Callable[[Any], int]:
+        """A per-event callback ``cb(data)`` (returns 0, as libbpf-style callbacks may)."""
+        unpack, head, jump, lat, clock = U64.unpack_from, HEAD.unpack_from, self.jump, self.lat_ns, now_ns
+        expect = n = 0
+
+        def cb(data: Any) -> int:
+            nonlocal expect, n
+            seq = unpack(data)[0]
+            expect = seq + 1 if seq == expect else jump(expect, seq)
+            n += 1
+            return 0
+
+        def cb_latency(data: Any) -> int:
+            nonlocal expect, n
+            t = clock()
+            seq, ts = head(data)
+            lat.append(t - ts)
+            expect = seq + 1 if seq == expect else jump(expect, seq)
+            n += 1
+            return 0
+
+        self.count(lambda: n)
+        return cb_latency if self.latency else cb
+
+    def on_perf(self) -> Callable[[int, Any], None]:
+        """A per-sample perf callback ``cb(cpu, data)``: the same work as :meth:`on_ring`, no extra call."""
+        unpack, head, jump, lat, clock = U64.unpack_from, HEAD.unpack_from, self.jump, self.lat_ns, now_ns
+        expect = n = 0
+
+        def cb(cpu: int, data: Any) -> None:
+            nonlocal expect, n
+            seq = unpack(data)[0]
+            expect = seq + 1 if seq == expect else jump(expect, seq)
+            n += 1
+
+        def cb_latency(cpu: int, data: Any) -> None:
+            nonlocal expect, n
+            t = clock()
+            seq, ts = head(data)
+            lat.append(t - ts)
+            expect = seq + 1 if seq == expect else jump(expect, seq)
+            n += 1
+
+        self.count(lambda: n)
+        return cb_latency if self.latency else cb
+
+    def walk(self, views: Iterable[Any], count: int) -> int:
+        """Check ``count`` events given as buffers (a Batch's memoryviews) in a plain loop."""
+        unpack, expect = U64.unpack_from, self.expect
+        if self.latency:
+            t = now_ns()
+            for view in views:
+                seq, ts = HEAD.unpack_from(view)
+                self.lat_ns.append(t - ts)
+                expect = seq + 1 if seq == expect else self.jump(expect, seq)
+        else:
+            for view in views:
+                seq = unpack(view)[0]
+                expect = seq + 1 if seq == expect else self.jump(expect, seq)
+        self.expect = expect
+        self._n += count
+        return count
+
+    def walk_array(self, arr: Any) -> int:
+        """Check a numpy structured array with ``seq``/``ts`` fields, vectorised per stream.
+
+        A Python loop runs only over a stream whose numbers are not consecutive.
+        """
+        import numpy as np
+
+        n = len(arr)
+        if not n:
+            return 0
+        if self.latency:
+            t = now_ns()
+            self.lat_ns.extend((t - arr["ts"].astype(np.int64)).tolist())
+        seqs = arr["seq"]
+        streams = seqs >> np.uint64(STREAM_SHIFT)
+        self.next[self.expect >> STREAM_SHIFT] = self.expect
+        one = int(streams[0]) == int(streams[-1]) and int(streams.min()) == int(streams.max())
+        for stream in [int(streams[0])] if one else np.unique(streams).tolist():
+            sub = seqs if one else seqs[streams == stream]
+            want = self.next.get(stream, stream << STREAM_SHIFT)
+            if int(sub[0]) == want and (len(sub) == 1 or bool((np.diff(sub) == 1).all())):
+                self.next[stream] = int(sub[-1]) + 1
+            else:
+                expect = want
+                for seq in sub.tolist():
+                    expect = seq + 1 if seq == expect else self.jump(expect, seq)
+                self.next[stream] = expect
+        self.expect = self.next[int(streams[-1])]
+        self._n += n
+        return n
+
+    def latency_us(self) -> tuple[float | None, float | None]:
+        """(p50, p99) in microseconds, or (None, None) without samples."""
+        if not self.lat_ns:
+            return None, None
+        lat = sorted(self.lat_ns)
+        return lat[len(lat) // 2] / 1e3, lat[len(lat) * 99 // 100] / 1e3
+
+
+@dataclass
+class Reader:
+    """One consumer under test: how to take events, how to trigger its producer, how to clean up."""
+
+    step: Callable[[int], object]      # take what is there, waiting up to timeout_ms (0: do not wait)
+    trigger: Trigger                   # runs this consumer's producer program
+    failures: Callable[[], int]        # the producer's failed reserves/outputs so far
+    close: Callable[[], None]
+    start: Callable[[], None] | None = None   # consumers with their own thread start here
+
+
+def run_drain(reader: Reader, check: SeqCheck, events: int, min_time_s: float, max_rounds: int) -> dict[str, Any]:
+    """Fill the ring(s) with ``events`` events, then time consuming them; repeat until ``min_time_s`` of consuming."""
+    produced = rounds = 0
+    wall = cpu = 0.0
+    fail0 = reader.failures()
+    while True:
+        produced += reader.trigger.fill(events)
+        t0, c0 = time.perf_counter(), time.process_time()
+        if reader.start and rounds == 0:
+            reader.start()
+        last, last_t = check.received, time.perf_counter()
+        while check.received < produced:
+            reader.step(0)
+            got = check.received
+            if got != last:
+                last, last_t = got, time.perf_counter()
+            elif time.perf_counter() - last_t > 1.0:
+                break   # nothing for 1 s with events outstanding: they are missing
+        wall += time.perf_counter() - t0
+        cpu += time.process_time() - c0
+        rounds += 1
+        if check.received < produced or wall >= min_time_s or rounds >= max_rounds:
+            break
+    return {"produced": produced, "wall_s": wall, "cpu_s": cpu, "rounds": rounds,
+            "producer_full": reader.failures() - fail0}
+
+
+def run_beside(reader: Reader, check: SeqCheck, events: int, *, chunk: int, rate: float = 0.0) -> dict[str, Any]:
+    """A forked producer emits ``events`` (in chunks, or one per trigger at ``rate``/s) while we consume.
+
+    The rate is events over the time from the producer's start to the last
+    event consumed; ``producer_s`` is when the producer finished (a consumer
+    done right after it kept up: its rate is the producer's). A run ends when
+    everything arrived, or when the producer has exited and nothing came for
+    2 s (the rest is missing).
+    """
+    fail0 = reader.failures()
+    if reader.start:
+        reader.start()
+    t0, c0 = time.perf_counter(), time.process_time()
+    pid, done_fd = reader.trigger.fork(events, chunk=chunk, rate=rate)
+    t_last = idle_since = None
+    try:
+        while check.received < events:
+            before = check.received
+            reader.step(10)
+            now = time.perf_counter()
+            if check.received != before:
+                t_last, idle_since = now, None
+            elif idle_since is None:
+                idle_since = now
+            elif now - idle_since > 2.0 and os.waitpid(pid, os.WNOHANG)[0] == pid:
+                pid = 0
+                break
+        cpu = time.process_time() - c0
+    finally:
+        if pid:
+            os.waitpid(pid, 0)
+        with os.fdopen(done_fd, "rb") as f:
+            producer_end = f.read()
+    wall = (t_last or time.perf_counter()) - t0
+    return {"produced": events, "wall_s": wall, "cpu_s": cpu, "rounds": 1,
+            "producer_s": float(producer_end) - t0 if producer_end else None,
+            "producer_full": reader.failures() - fail0}
+
+
+def measure(reader: Reader, check: SeqCheck, mode: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Run one mode; the result carries what arrived and the sequence check's findings."""
+    try:
+        if mode == "drain":
+            out = run_drain(reader, check, params["events"], params["min_time_s"], params["max_rounds"])
+        elif mode == "steady":
+            out = run_beside(reader, check, params["events"], chunk=params["chunk"])
+        else:
+            out = run_beside(reader, check, params["events"], chunk=1, rate=params["rate"])
+    finally:
+        reader.close()
+    p50, p99 = check.latency_us()
+    out.update(received=check.received, gaps=check.gaps, seq_errors=check.seq_errors, p50_us=p50, p99_us=p99)
+    return out

@@ -1,0 +1,155 @@
+"""Build the producer and the C consumer, and run producer programs with BPF_PROG_TEST_RUN.
+
+The producer (bpf/producer.bpf.c) emits ``count`` events of ``size`` bytes per
+trigger; each starts with a u64 sequence number and a u64 bpf_ktime_get_ns().
+:class:`Trigger` works on a program fd through libbpf's own
+``bpf_prog_test_run_opts`` (``pylibbpf.lib``), so it drives bcc's programs too.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = ROOT / "benchmarks"
+BUILD = HERE / "build"
+LIBBPF = ROOT / "vendor" / "libbpf" / "build" / "install"
+PRODUCER_OBJ = BUILD / "producer.bpf.o"
+BENCH_C = BUILD / "bench_c"
+
+PRODUCE_ARGS = struct.Struct("<4Q")   # count, first_seq, size, flags (struct produce_args)
+BATCH_WAKEUP = 1                      # PRODUCE_BATCH_WAKEUP: one ring-buffer wakeup per trigger
+STREAM_SHIFT = 48
+
+
+def build() -> None:
+    """Compile the BPF producer (tools/build_bpf.py) and the C consumer (when their sources are newer)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import build_bpf
+    finally:
+        sys.path.pop(0)
+    build_bpf.build(HERE / "bpf", BUILD)
+    src = HERE / "c" / "bench_c.c"
+    lib = LIBBPF / "lib" / "libbpf.a"
+    if not BENCH_C.exists() or BENCH_C.stat().st_mtime < max(src.stat().st_mtime, lib.stat().st_mtime):
+        subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", f"-I{LIBBPF / 'include'}", str(src), str(lib),
+                        "-lelf", "-lz", "-o", str(BENCH_C)], check=True)
+
+
+def online_cpus() -> list[int]:
+    """The online CPUs (not this process's affinity, which the runs narrow to one CPU)."""
+    try:
+        with open("/sys/devices/system/cpu/online") as f:
+            ranges = f.read().strip()
+    except OSError:
+        return list(range(os.cpu_count() or 1))
+    cpus: list[int] = []
+    for part in ranges.split(","):
+        first, _, last = part.partition("-")
+        cpus.extend(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def pin(cpu: int) -> None:
+    os.sched_setaffinity(0, {cpu})
+
+
+class Trigger:
+    """Runs a producer program: ``trigger(count, cpu)`` -> events emitted (fewer when the ring is full).
+
+    ``per_cpu`` producers (perf) run with ``cpu=`` and number each CPU's events
+    as their own stream; others run where the caller runs, as stream 0.
+    ``max_chunk`` bounds one trigger (bcc's bounded loop).
+    """
+
+    def __init__(self, prog_fd: int, size: int, *, per_cpu: bool, max_chunk: int = 1 << 22) -> None:
+        from pylibbpf import ffi, lib
+
+        self._lib, self.fd, self.size, self.per_cpu, self.max_chunk = lib, prog_fd, size, per_cpu, max_chunk
+        self._ctx = ffi.new("char[]", PRODUCE_ARGS.size)
+        self._ctx_buf = ffi.buffer(self._ctx)
+        self._opts = ffi.new("struct bpf_test_run_opts *")
+        self._opts.sz = ffi.sizeof("struct bpf_test_run_opts")
+        self._opts.ctx_in = self._ctx
+        self._opts.ctx_size_in = PRODUCE_ARGS.size
+        self.cpus = online_cpus() if per_cpu else [0]
+        self.next = dict.fromkeys(self.cpus, 0)
+
+    def __call__(self, count: int, cpu: int = 0, flags: int = BATCH_WAKEUP) -> int:
+        PRODUCE_ARGS.pack_into(self._ctx_buf, 0, count, cpu << STREAM_SHIFT | self.next[cpu], self.size, flags)
+        if self.per_cpu:
+            self._opts.flags = self._lib.BPF_F_TEST_RUN_ON_CPU
+            self._opts.cpu = cpu
+        err = self._lib.bpf_prog_test_run_opts(self.fd, self._opts)
+        if err:
+            raise OSError(-err, f"bpf_prog_test_run_opts: {os.strerror(-err)}")
+        got = int(self._opts.retval)
+        if got > count:   # a negative retval: the program refused the arguments
+            raise ValueError(f"producer refused count={count} size={self.size}")
+        self.next[cpu] += got
+        return got
+
+    def fill(self, total: int) -> int:
+        """Emit ``total`` events split over the streams, until done or a ring is full; returns how many."""
+        done = 0
+        for cpu in self.cpus:
+            share = total // len(self.cpus)
+            while share:
+                got = self(min(share, self.max_chunk), cpu)
+                done += got
+                if got < min(share, self.max_chunk):
+                    break
+                share -= got
+        return done
+
+    def produce(self, total: int, *, chunk: int, rate: float = 0.0) -> None:
+        """Emit ``total`` events: chunks back to back, or one event per trigger at ``rate`` per second.
+
+        A full ring refuses part of a chunk: the rest is retried after 50 us, so a
+        slow consumer throttles the producer instead of losing events.
+        """
+        chunk = min(chunk, self.max_chunk)
+        period = 1.0 / rate if rate else 0.0
+        flags = 0 if rate else BATCH_WAKEUP   # paced events use the kernel's adaptive wakeup
+        deadline, done, i = time.perf_counter(), 0, 0
+        while done < total:
+            if period:
+                deadline += period
+                delay = deadline - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+            count = min(chunk, total - done)
+            got = self(count, self.cpus[i % len(self.cpus)], flags)
+            done += got
+            i += 1
+            if got < count:
+                time.sleep(50e-6)
+
+    def fork(self, total: int, *, chunk: int, rate: float = 0.0) -> tuple[int, int]:
+        """Run :meth:`produce` in a child process pinned to the last CPU: (pid, pipe fd).
+
+        When done the child writes its ``time.perf_counter()`` (CLOCK_MONOTONIC, so
+        comparable across processes) to the pipe: when the producer finished.
+        """
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                os.close(rfd)
+                pin(online_cpus()[-1])
+                self.produce(total, chunk=chunk, rate=rate)
+                os.write(wfd, repr(time.perf_counter()).encode())
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            os._exit(code)
+        os.close(wfd)
+        return pid, rfd
