@@ -319,3 +319,63 @@ def check_callable(value: object, name: str) -> None:
 
 
 Callback = Callable[..., Any]
+
+
+class BatchReader(Closable):
+    """poll/consume/read_batch over a C drain: the protocol RingBuffer and PerfBuffer share.
+
+    Subclasses implement ``_drain()`` (copy what the kernel rings hold into
+    ``self._pending``; lock held) and ``_deliver()`` (call the callbacks for
+    ``self._pending``; no lock held, so a callback may close the reader).
+    Records a callback stop left undelivered are delivered first by the next
+    call, without waiting.
+    """
+
+    _pending: Batch | None = None
+
+    def _fill(self, timeout_ms: int) -> bool:
+        """Drain into ``_pending`` unless records are already pending; False on timeout."""
+        self._check_open()
+        if self._pending is None:
+            with self._lock:
+                self._check_open()
+                if timeout_ms != 0 and not self._wait(timeout_ms):
+                    return False
+                self._drain()
+        return True
+
+    def poll(self, timeout_ms: int = -1) -> int:
+        """Wait up to ``timeout_ms`` (-1: forever) for records, deliver them, return how many.
+
+        Returns 0 on timeout; raises ClosedError if closed (also when closed by
+        another thread during the wait) and whatever a callback raised.
+        """
+        return self._deliver() if self._fill(timeout_ms) else 0
+
+    def consume(self) -> int:
+        """Deliver whatever is available now, without waiting; returns how many."""
+        return self.poll(0)
+
+    def read_batch(self, timeout_ms: int = -1) -> Batch:
+        """Wait up to ``timeout_ms`` (-1: forever) and return what one C drain produced.
+
+        The fast path: no callback is called. The batch (empty on timeout) holds
+        copies, valid for as long as it (or a view of it) is referenced.
+        """
+        if not self._fill(timeout_ms):
+            return Batch.empty()
+        batch, self._pending = self._pending, None
+        return self._taken(batch.rest()) if batch is not None else Batch.empty()
+
+    def _taken(self, batch: Batch) -> Batch:
+        """Hook: what read_batch does to a batch before handing it out."""
+        return batch
+
+    @abc.abstractmethod
+    def _drain(self) -> None:
+        """Copy the available records into ``self._pending`` (lock held)."""
+
+    @abc.abstractmethod
+    def _deliver(self) -> int:
+        """Call the callbacks for ``self._pending``; returns how many records were handled."""
+

@@ -22,12 +22,13 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from . import _libbpf
 from ._ffi import ffi, lib
-from ._reader import Batch, Callback, Closable, Waiter, check_callable, remaining_ms
+from ._reader import Batch, BatchReader, Callback, Closable, Waiter, check_callable, remaining_ms
 from .errors import BPFError, ClosedError
 from .events import EventDef
 from .object import Map
@@ -36,7 +37,7 @@ from .ringbuf import require_map_type
 CData = Any
 
 
-class PerfBuffer(Closable):
+class PerfBuffer(BatchReader):
     """Read every CPU's ring of a perf event array.
 
     ``callback(cpu: int, data: memoryview)`` runs once per sample; ``data`` is a
@@ -78,29 +79,6 @@ class PerfBuffer(Closable):
         # and views from buffer() hold theirs, so their memory stays mapped.
         self._pb = ffi.gc(pb, lib.perf_buffer__free)
 
-    def poll(self, timeout_ms: int = -1) -> int:
-        """Wait up to ``timeout_ms`` (-1: forever), deliver what arrived, return the number of records.
-
-        Lost-sample notices count as records. Returns 0 on timeout.
-        """
-        self._check_open()
-        if self._pending is None:
-            with self._lock:
-                self._check_open()
-                if timeout_ms != 0 and not self._wait(timeout_ms):
-                    return 0
-                self._drain()
-        return self._deliver()
-
-    def consume(self) -> int:
-        """Deliver whatever every CPU's ring holds now, without waiting; returns how many."""
-        self._check_open()
-        if self._pending is None:
-            with self._lock:
-                self._check_open()
-                self._drain()
-        return self._deliver()
-
     def buffer_cnt(self) -> int:
         """The number of per-CPU rings (one per online CPU)."""
         self._check_open()
@@ -137,25 +115,9 @@ class PerfBuffer(Closable):
         self._check_open()
         return _libbpf.perf_buffer__epoll_fd(self._pb)
 
-    def read_batch(self, timeout_ms: int = -1) -> Batch:
-        """Wait up to ``timeout_ms`` (-1: forever) and return everything drained in one C call.
-
-        The fast path: the sample callback is not called; ``batch.tags[i]`` is the
-        CPU of sample ``i``. Lost-sample notices are taken out of the batch,
-        counted in ``lost_samples`` and passed to ``lost_callback``. The batch
-        (empty on timeout) holds copies, valid as long as it is referenced.
-        Records left by an earlier callback stop come first.
-        """
-        self._check_open()
-        if self._pending is None:
-            with self._lock:
-                self._check_open()
-                if timeout_ms != 0 and not self._wait(timeout_ms):
-                    return Batch.empty()
-                self._drain()
-        batch, self._pending = self._pending, None
-        if batch is None:
-            return Batch.empty()
+    def _taken(self, batch: Batch) -> Batch:
+        """read_batch: ``batch.tags[i]`` is the CPU of sample ``i``; lost-sample notices are
+        taken out of the batch, counted in ``lost_samples`` and passed to ``lost_callback``."""
         for cpu, count in batch.take_lost():
             self.lost_samples += count
             if self._lost_callback is not None:
@@ -186,23 +148,22 @@ class PerfBuffer(Closable):
         batch = self._pending
         if batch is None:
             return 0
-        view, starts, lens, cpus, lost = batch.view, batch.starts, batch.lens, batch.tags, batch.lost
+        view = batch.view
         callback, lost_callback = self._callback, self._lost_callback
-        i, n = batch.next, len(starts)
-        first = i
+        i = first = batch.next
         try:
-            while i < n:
-                start = starts[i]
+            for start, length, cpu, lost in zip(islice(batch.starts, i, None), islice(batch.lens, i, None),
+                                                islice(batch.tags, i, None), islice(batch.lost, i, None)):
                 i += 1
-                if lost[i - 1]:
-                    self.lost_samples += lost[i - 1]
+                if lost:
+                    self.lost_samples += lost
                     if lost_callback is not None:
-                        lost_callback(cpus[i - 1], lost[i - 1])
+                        lost_callback(cpu, lost)
                 else:
-                    callback(cpus[i - 1], view[start:start + lens[i - 1]])
+                    callback(cpu, view[start:start + length])
         finally:
             batch.next = i
-            if i >= n:
+            if i >= len(batch.starts):
                 self._pending = None
         return i - first
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from . import _libbpf
 from ._ffi import ffi, lib
-from ._reader import Batch, Callback, Closable, Waiter, check_callable, remaining_ms
+from ._reader import Batch, BatchReader, Callback, Closable, Waiter, check_callable, remaining_ms
 from .errors import BPFError
 from .object import Map
 
@@ -49,7 +49,7 @@ def require_map_type(m: Map, wanted: int, who: str) -> None:
         raise BPFError(lib.EINVAL, f"map {m.name!r} is not created: call BPFObject.load() first", who)
 
 
-class RingBuffer(Closable):
+class RingBuffer(BatchReader):
     """Read one or more BPF ring buffers; ``callback(data: memoryview) -> int | None`` per record.
 
     ``data`` is a read-only view of a copy of the record: it stays valid after the
@@ -98,51 +98,13 @@ class RingBuffer(Closable):
             self._maps.append(map)
             self._callbacks.append(callback)
 
-    def poll(self, timeout_ms: int = -1) -> int:
-        """Wait up to ``timeout_ms`` (-1: forever) for records, deliver them, return how many.
 
-        Returns 0 on timeout. Records left undelivered by an earlier stop are
-        delivered first, without waiting.
-        """
-        self._check_open()
-        if self._pending is None:
-            with self._lock:
-                self._check_open()
-                if timeout_ms != 0 and not self._wait(timeout_ms):
-                    return 0
-                self._drain()
-        return self._deliver()
-
-    def consume(self) -> int:
-        """Deliver whatever is available now, without waiting; returns how many."""
-        self._check_open()
-        if self._pending is None:
-            with self._lock:
-                self._check_open()
-                self._drain()
-        return self._deliver()
 
     def epoll_fd(self) -> int:
         """libbpf's epoll fd for these rings (readable when a ring has data): for selectors/asyncio."""
         self._check_open()
         return _libbpf.ring_buffer__epoll_fd(self._rb)
 
-    def read_batch(self, timeout_ms: int = -1) -> Batch:
-        """Wait up to ``timeout_ms`` (-1: forever) and return everything drained in one C call.
-
-        The fast path: no callback is called; the batch (empty on timeout) holds
-        copies, valid as long as it is referenced. Records left by an earlier
-        callback stop come first.
-        """
-        self._check_open()
-        if self._pending is None:
-            with self._lock:
-                self._check_open()
-                if timeout_ms != 0 and not self._wait(timeout_ms):
-                    return Batch.empty()
-                self._drain()
-        batch, self._pending = self._pending, None
-        return batch.rest() if batch is not None else Batch.empty()
 
     async def events(self) -> AsyncIterator[memoryview]:
         """``async for data in rb.events()``: every record, as the callback would get it.
