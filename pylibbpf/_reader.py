@@ -13,6 +13,7 @@ import abc
 import array
 import asyncio
 import functools
+import os
 import threading
 import time
 import weakref
@@ -51,7 +52,7 @@ class Batch:
         # One memcpy per array (array.array), not one Python int per record (ffi.unpack).
         self.starts = _u32_array(batch.start, n)
         self.lens = _u32_array(batch.len, n)
-        self.tags = _u32_array(batch.tag, n) if with_tags else _ZEROS_U32 * n
+        self.tags = _u32_array(batch.tag, n).tolist() if with_tags else [0] * n
         self.lost = _u64_array(batch.lost, n) if with_tags else _ZEROS_U64 * n
         self.next = 0  # index of the first record not delivered yet (callback paths)
 
@@ -130,7 +131,6 @@ class Batch:
         return rows.copy().view(dtype).reshape(n)
 
 
-_ZEROS_U32 = array.array("I", [0])
 _ZEROS_U64 = array.array("Q", [0])
 
 
@@ -158,6 +158,24 @@ def _as_numpy(values: Sequence[int]) -> Any:
 def _numpy_dtype(event_def: Any) -> Any:
     """EventDef.numpy_dtype(), built once per definition (it costs microseconds)."""
     return event_def.numpy_dtype()
+
+
+# This process's pid, kept current across fork() by an at-fork hook, so that telling an
+# object this process made from one a forked child inherited costs an int comparison.
+_pid = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def current_pid() -> int:
+    """This process's pid (cached; updated in a forked child)."""
+    return _pid
 
 
 def remaining_ms(deadline: float | None) -> int:
@@ -222,12 +240,15 @@ class Closable(abc.ABC):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._closed = False
+        self._owner_pid = _pid
         self._waiter: Waiter | None = None
         self._close_hooks: list[Callable[[], None]] = []  # wake async iterations on close
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError(self._what)
+        if self._owner_pid != _pid:
+            raise ClosedError(f"{self._what} inherited through fork()")
 
     def read_batch(self, timeout_ms: int = -1) -> Batch:
         """Wait up to ``timeout_ms`` and return what one C drain produced (subclasses)."""
@@ -283,10 +304,18 @@ class Closable(abc.ABC):
         """Release everything; wakes a reader blocked in another thread (it raises ClosedError).
 
         Idempotent; every later call on the object raises ClosedError.
+
+        In a forked child, closing an object the parent made only marks it
+        closed: its rings, map entries and wake-up eventfd are shared with the
+        parent, which still reads them, and a parent thread may have held its
+        lock at the fork. The child's copies of the fds (all close-on-exec) and
+        mappings go when the child exits or execs.
         """
         if self._closed:
             return
         self._closed = True
+        if self._owner_pid != _pid:
+            return
         if self._waiter is not None:
             self._waiter.wake()
         for hook in list(self._close_hooks):

@@ -28,7 +28,19 @@ from typing import Any
 
 from . import _libbpf
 from ._ffi import ffi, lib
-from ._reader import Batch, BatchReader, Callback, Closable, Waiter, check_callable, remaining_ms
+from ._reader import (
+    _ZEROS_U64,
+    Batch,
+    BatchReader,
+    Callback,
+    Closable,
+    Waiter,
+    _u32_array,
+    _u64_array,
+    check_callable,
+    current_pid,
+    remaining_ms,
+)
 from .errors import BPFError, ClosedError
 from .events import EventDef
 from .object import Map
@@ -69,15 +81,24 @@ class PerfBuffer(BatchReader):
         self._map = map
         self._batch = _libbpf.plb_batch_new(256, 64 * 1024)
         self._pending: Batch | None = None
-        pb = _libbpf.perf_buffer__new(map.fd, page_cnt, self._batch, f"perf_buffer__new({map.name})")
+        # libbpf keeps the map fd and deletes its CPUs' entries through it when freed:
+        # a dup, so that closing the BPF object first cannot make that hit another map
+        # that reused the fd number (as _PerfRings does).
+        map_fd = os.dup(map.fd)
+        try:
+            pb = _libbpf.perf_buffer__new(map_fd, page_cnt, self._batch, f"perf_buffer__new({map.name})")
+        except BaseException:
+            os.close(map_fd)
+            raise
+        owner = current_pid()
         try:
             self._waiter = Waiter([_libbpf.perf_buffer__epoll_fd(pb)], "PerfBuffer")
         except BaseException:
-            _libbpf.perf_buffer__free(pb)
+            _free_perf_buffer(pb, map_fd, owner)
             raise
         # The perf_buffer is freed when the last reference goes: close() drops ours,
         # and views from buffer() hold theirs, so their memory stays mapped.
-        self._pb = ffi.gc(pb, lib.perf_buffer__free)
+        self._pb = ffi.gc(pb, lambda p: _free_perf_buffer(p, map_fd, owner))
 
     def buffer_cnt(self) -> int:
         """The number of per-CPU rings (one per online CPU)."""
@@ -239,22 +260,22 @@ class OrderedBatch(Batch):
         used = int(out.used)
         batch.blob = bytes(ffi.buffer(out.buf, used)) if used else b""
         batch.view = memoryview(batch.blob)
-        batch.starts = ffi.unpack(out.start, n)
-        batch.lens = ffi.unpack(out.len, n)
-        rings: list[int] = ffi.unpack(out.ring, n)
-        batch.tags = rings if tag_of is None else [tag_of[r] for r in rings]
-        ts: list[int] = ffi.unpack(out.ts, n)
-        flags: list[int] = ffi.unpack(out.flags, n)
+        batch.starts = _u32_array(out.start, n)
+        batch.lens = _u32_array(out.len, n)
+        rings = _u32_array(out.ring, n)
+        batch.tags = rings.tolist() if tag_of is None else [tag_of[r] for r in rings]
+        ts = _u64_array(out.ts, n)
+        flags = _u32_array(out.flags, n)
         if any(flags):
             late_bit, lost_bit = lib.PLB_MERGE_F_LATE, lib.PLB_MERGE_F_LOST
             batch.late = [bool(f & late_bit) for f in flags]
             # A lost-samples entry carries its count where a sample has its timestamp.
-            batch.lost = [t if f & lost_bit else 0 for f, t in zip(flags, ts, strict=True)]
-            batch.timestamps = [0 if f & lost_bit else t for f, t in zip(flags, ts, strict=True)]
+            batch.lost = [t if f & lost_bit else 0 for f, t in zip(flags, ts)]
+            batch.timestamps = [0 if f & lost_bit else t for f, t in zip(flags, ts)]
         else:
             batch.late = [False] * n
-            batch.lost = [0] * n
-            batch.timestamps = ts
+            batch.lost = _ZEROS_U64 * n
+            batch.timestamps = ts.tolist()
         batch.lost_notices = []
         batch.next = 0
         return batch
@@ -340,6 +361,24 @@ def _positive_int(value: object, name: str) -> int:
     return value
 
 
+def _free_perf_buffer(pb: CData, map_fd: int, owner_pid: int) -> None:
+    """``perf_buffer__free`` then close ``map_fd`` (the perf_buffer's own dup of the map fd).
+
+    perf_buffer__free deletes its CPUs' entries from the perf event array. In a
+    forked child that map is the parent's, still holding the parent's rings:
+    there ``map_fd`` is first pointed at /dev/null, so the deletes fail
+    harmlessly and only the child's copies of the fds and mappings go.
+    """
+    if owner_pid != current_pid():
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.dup2(null, map_fd, inheritable=False)
+        finally:
+            os.close(null)
+    _libbpf.perf_buffer__free(pb)
+    os.close(map_fd)
+
+
 class _PerfRings:
     """A perf_buffer over a dup of a perf event array's fd, one ring per CPU in ``cpus``.
 
@@ -365,7 +404,7 @@ class _PerfRings:
             os.close(self.map_fd)
             raise
         self.pb = pb
-        self._finalizer = weakref.finalize(self, _PerfRings._free, pb, self.map_fd)
+        self._finalizer = weakref.finalize(self, _free_perf_buffer, pb, self.map_fd, current_pid())
         try:
             count = _libbpf.perf_buffer__buffer_cnt(pb)
             if count != n:
@@ -374,11 +413,6 @@ class _PerfRings:
         except BaseException:
             self.close()
             raise
-
-    @staticmethod
-    def _free(pb: CData, map_fd: int) -> None:
-        _libbpf.perf_buffer__free(pb)  # also deletes our CPUs' map entries
-        os.close(map_fd)
 
     def close(self) -> None:
         self._finalizer()
