@@ -6,6 +6,7 @@
 #   make demo      trace exec events live for a few seconds with a bundled CO-RE program
 #   make bench     the benchmark suite against C libbpf and bcc
 #   make sanitize  the C shim's pure cores under ASan/UBSan over synthetic rings
+#   make fuzz      libFuzzer on those cores, SECONDS=N per target (tests/fuzz/)
 
 SHELL      := /bin/bash
 PYTHON     ?= python3
@@ -16,7 +17,7 @@ LIBBPF_A   := vendor/libbpf/build/install/lib/libbpf.a
 EXT_SRCS   := build_ffi.py $(wildcard cdef/*.h csrc/*.c csrc/*.h csrc/bpf/*) pylibbpf/_version.py $(LIBBPF_A)
 EXT_STAMP  := .stamp-ext
 
-.PHONY: setup deps libbpf build test lint pytest demo bench sanitize clean
+.PHONY: setup deps libbpf build test lint pytest demo bench sanitize fuzz clean
 
 setup: deps $(LIBBPF_A) $(VENV)/.stamp-venv
 
@@ -66,6 +67,11 @@ bench: build
 
 sanitize: deps
 	$(MAKE) -s -C tests/c run
+	$(MAKE) -s -C tests/fuzz replay
+
+# libFuzzer over the same cores: SECONDS per target (default 60), see tests/fuzz/README.md.
+fuzz: deps
+	$(MAKE) -C tests/fuzz fuzz
 
 clean:
-	rm -rf build tests/bpf/build tests/c/build benchmarks/build pylibbpf/_pylibbpf_cffi* pylibbpf/bpf/*.bpf.o $(EXT_STAMP)
+	rm -rf build tests/bpf/build tests/c/build tests/fuzz/build benchmarks/build pylibbpf/_pylibbpf_cffi* pylibbpf/bpf/*.bpf.o $(EXT_STAMP)

@@ -401,11 +401,15 @@ static int emit_head(struct plb_merge *m, uint32_t i, int forced,
 		}
 		return -1;
 	}
-	/* Copy out of the ring (two pieces if the payload wraps a perf ring). */
-	if (s->kind == PLB_SRC_PERF)
-		plb_perfring_read(&s->pr, s->head_at, o->buf + off, s->head_len);
-	else
-		memcpy(o->buf + off, s->head_ptr, s->head_len);
+	/* Copy out of the ring (two pieces if the payload wraps a perf ring).
+	 * Not for an empty payload: buf may be NULL (buf_size 0), and NULL + 0
+	 * or memcpy(NULL, src, 0) is undefined behaviour. */
+	if (s->head_len) {
+		if (s->kind == PLB_SRC_PERF)
+			plb_perfring_read(&s->pr, s->head_at, o->buf + off, s->head_len);
+		else
+			memcpy(o->buf + off, s->head_ptr, s->head_len);
+	}
 	if (late) {
 		fl |= PLB_MERGE_F_LATE;
 		m->st.late_events++;
@@ -612,7 +616,9 @@ int plb_merge_poll_timeout_ms(struct plb_merge *m)
 	now = m->cfg.clock(m->cfg.clock_ctx);
 	if (m->deadline <= now)
 		return 0;
-	d = (m->deadline - now + 999999) / 1000000;
+	/* Round up without overflow: deadline - now can be close to 2^64. */
+	d = m->deadline - now;
+	d = d / 1000000 + (d % 1000000 != 0);
 	return d > INT32_MAX ? INT32_MAX : (int)d;
 }
 

@@ -53,8 +53,11 @@ int plb_rb_peek(const struct plb_rb_view *v, uint64_t pos, const void **data,
 	/* Records are 8-byte aligned, and the kernel never lets the producer
 	 * run more than the ring's size ahead of the consumer (reserve fails
 	 * when new_prod_pos - cons_pos > mask). A position that violates either
-	 * (or lies beyond prod: the subtraction wraps) is not a ring we know. */
-	if ((pos & 7) || prod - pos > ring)
+	 * (or lies beyond prod: the subtraction wraps) is not a ring we know.
+	 * Nor is less than a header reserved: every record is at least 8 bytes,
+	 * and with a ring smaller than that the header read below would run
+	 * past the mapping. */
+	if ((pos & 7) || prod - pos > ring || prod - pos < PLB_RB_HDR_SZ)
 		return PLB_RB_CORRUPT;
 
 	hdr = v->data + (pos & v->mask);
