@@ -264,6 +264,31 @@ def ring_buffer__consume_n(rb: CData, n: int, what: str) -> int:
     return check(lib.ring_buffer__consume_n(rb, n), what)
 
 
+def ring_buffer__consume_into(rb: CData, batch: CData, n: int, what: str) -> int:
+    """Drain up to ``n`` records into ``batch`` (reset first) through plb_ringbuf_collect.
+
+    Returns the records collected. The batch's own stop (byte limit reached) is
+    not an error; a libbpf error or a collection failure raises after the
+    records already collected were kept in the batch.
+    """
+    lib.plb_batch_reset(batch)
+    ret = lib.ring_buffer__consume_n(rb, n)
+    if ret < 0 and not (ret == lib.PLB_BATCH_FULL and batch.full):
+        raise error(-ret, what)
+    if batch.err:
+        raise error(-batch.err, f"{what}: collecting records")
+    return int(batch.n)
+
+
+def perf_buffer__consume_into(pb: CData, batch: CData, what: str) -> int:
+    """Drain every CPU's ring into ``batch`` (reset first) through plb_perfbuf_collect*."""
+    lib.plb_batch_reset(batch)
+    check(lib.perf_buffer__consume(pb), what)
+    if batch.err:
+        raise error(-batch.err, f"{what}: collecting samples")
+    return int(batch.n)
+
+
 def ring_buffer__epoll_fd(rb: CData) -> int:
     return int(lib.ring_buffer__epoll_fd(rb))
 

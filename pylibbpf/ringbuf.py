@@ -118,15 +118,12 @@ class RingBuffer(BatchReader):
                 yield data
 
     def _drain(self) -> None:
-        """Copy up to max_batch records out of the kernel rings (lock held)."""
-        lib.plb_batch_reset(self._batch)
-        ret = lib.ring_buffer__consume_n(self._rb, self._max_batch)
-        if self._batch.n:
-            self._pending = Batch(self._batch, with_tags=len(self._callbacks) > 1)
-        if ret < 0 and not (ret == lib.PLB_BATCH_FULL and self._batch.full):
-            raise _libbpf.error(-ret, "ring_buffer__consume_n")
-        if self._batch.err:
-            raise _libbpf.error(-self._batch.err, "ring_buffer__consume_n: collecting records")
+        """Copy up to max_batch records (or about DEFAULT_BATCH_BYTES) out of the kernel rings (lock held)."""
+        try:
+            _libbpf.ring_buffer__consume_into(self._rb, self._batch, self._max_batch, "ring_buffer__consume_n")
+        finally:
+            if self._batch.n:  # records already consumed from the kernel are kept, even on an error
+                self._pending = Batch(self._batch, with_tags=len(self._callbacks) > 1)
 
     def _deliver(self) -> int:
         batch = self._pending
