@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 
 from . import _libbpf
 from ._ffi import ffi, lib
-from ._reader import Callback, Waiter, check_callable
+from ._reader import Callback, Waiter, check_callable, current_pid
 from .errors import ClosedError
 from .object import Map
 from .ringbuf import SAFETY_NET_MS, RecordBuffer, RingBufLayout, busy_pause, require_map_type
@@ -154,6 +154,7 @@ class _Consumer:
         self._life = threading.Lock()      # serialises start() and stop()
         self._res_lock = threading.Lock()  # the source's C resources: stop signals vs. the final free
         self._worker: threading.Thread | None = None
+        self._run_pid = 0  # the process that started the current run (see _inherited_run)
         self._stop_requested = False
         self._stop_event = threading.Event()  # interrupts the worker's pauses
         self._deadline = 0.0
@@ -195,10 +196,14 @@ class _Consumer:
 
         After stop(), start() starts a new run with statistics from zero.
         BPFError when the ring cannot be mapped or a thread cannot start;
-        RuntimeError when called from the consumer's own callback.
+        RuntimeError when called from the consumer's own callback, or in a
+        forked child on a consumer whose run the parent started.
         """
         if self._worker is threading.current_thread():
             raise RuntimeError(f"{type(self).__name__}.start() called from its own callback")
+        if self._inherited_run():
+            raise RuntimeError(f"{type(self).__name__}: this run was started by the parent process before "
+                               "fork(); a child cannot use it: create a new consumer in the child")
         with self._life:
             worker = self._worker
             if worker is not None:
@@ -218,15 +223,17 @@ class _Consumer:
             with self._cond:
                 self._finished = False
             worker = threading.Thread(target=self._run, name=f"pylibbpf-{type(self).__name__}", daemon=True)
+            # Known before it runs: its first callback may call stop(), which must see its own thread.
+            self._worker, self._run_pid = worker, current_pid()
             try:
                 worker.start()
             except BaseException:
+                self._worker = None
                 with self._cond:
                     self._finished = True
                     self._stopped_at = time.monotonic()
                 self._close()
                 raise
-            self._worker = worker
 
     def stop(self, drain_timeout: float = 5.0) -> None:
         """Stop the run: wake the thread(s), deliver what was read for up to ``drain_timeout`` s, join.
@@ -238,9 +245,15 @@ class _Consumer:
         Every resource (mapping, fds, native thread, queue) is released when
         the thread ends. Raises the BPFError that ended the run early, if any
         (e.g. EBADMSG: the ring's memory was not a valid ring).
+
+        In a forked child, stop() of a run the parent started does nothing:
+        that run's threads exist only in the parent, its eventfds and ring
+        are shared with it, and its locks may have been held at the fork.
         """
         if drain_timeout < 0:
             raise ValueError(f"drain_timeout must be >= 0, got {drain_timeout}")
+        if self._inherited_run():
+            return
         if self._worker is threading.current_thread():
             self._request_stop(drain_timeout)  # from the callback: the thread ends after it returns
             return
@@ -254,6 +267,10 @@ class _Consumer:
             failure, self._failure = self._failure, None
         if failure is not None:
             raise failure
+
+    def _inherited_run(self) -> bool:
+        """True in a forked child for a run the parent started (its threads are the parent's)."""
+        return self._worker is not None and self._run_pid != current_pid()
 
     def _request_stop(self, drain_timeout: float) -> None:
         """Mark the run as stopping (once) and wake the thread(s)."""

@@ -364,18 +364,14 @@ def _positive_int(value: object, name: str) -> int:
 def _free_perf_buffer(pb: CData, map_fd: int, owner_pid: int) -> None:
     """``perf_buffer__free`` then close ``map_fd`` (the perf_buffer's own dup of the map fd).
 
-    perf_buffer__free deletes its CPUs' entries from the perf event array. In a
-    forked child that map is the parent's, still holding the parent's rings:
-    there ``map_fd`` is first pointed at /dev/null, so the deletes fail
-    harmlessly and only the child's copies of the fds and mappings go.
+    Not in a forked child: there the perf events and the map are the parent's,
+    still in use, and perf_buffer__free would disable the events
+    (``PERF_EVENT_IOC_DISABLE``) and delete the parent's entries from the map,
+    silencing the parent's rings. The child's copies of the fds (close-on-exec)
+    and mappings go when it exits or execs.
     """
-    if owner_pid != current_pid():
-        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            os.dup2(null, map_fd, inheritable=False)
-        finally:
-            os.close(null)
-    _libbpf.perf_buffer__free(pb)
+    if owner_pid == current_pid():
+        _libbpf.perf_buffer__free(pb)
     os.close(map_fd)
 
 

@@ -1,0 +1,416 @@
+"""Bad input, table-driven: every case is tried and must raise its error with its message.
+
+``CASES`` lists (input, call, error, message): ``call(ctx)`` must raise exactly
+``error`` (the type itself, not a subclass), with a message that the regex
+``message`` finds (``re.search``). ``ctx`` is a :class:`Ctx` made by
+:func:`bad_input_context`: loaded test objects, an unloaded one and a closed
+one. Nothing here touches BPF at import time, so ``tools/bad_input_table.py``
+imports ``CASES``, runs them and renders README.md's bad-input table from
+what each one actually raised; :func:`test_readme_table_is_current` keeps that
+table honest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pylibbpf import (
+    BackpressureConsumer,
+    BPFError,
+    BPFObject,
+    ClosedError,
+    LoadError,
+    OrderedReader,
+    PerfBuffer,
+    PerfReader,
+    RingBufConsumer,
+    RingBuffer,
+    SamplingConsumer,
+    defevent,
+    make_event_parser,
+    make_event_serializer,
+    map_ringbuf,
+    peek_ringbuf_events,
+    process_events,
+    read_ringbuf_events,
+    store_event_field,
+    store_event_fields,
+    store_event_imm,
+)
+from pylibbpf.asm import exit_, load_program, mov
+from pylibbpf.events import UnknownFieldError
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+START, END = "<!-- bad-input-table:start -->", "<!-- bad-input-table:end -->"
+
+
+class Ctx:
+    """What the cases work on: loaded objects ``rb`` (ringbuf), ``perf`` (perfbuf), ``ordered``;
+    ``unloaded`` (ringbuf, opened only) and ``closed`` (ringbuf, loaded then closed)."""
+
+    def __init__(self, paths: Mapping[str, Path]) -> None:
+        self._objs: list[BPFObject] = []
+        self.rb = self._open(paths["ringbuf"], load=True)
+        self.perf = self._open(paths["perfbuf"], load=True)
+        self.ordered = self._open(paths["ordered"], load=True)
+        self.unloaded = self._open(paths["ringbuf"], load=False)
+        self.closed = self._open(paths["ringbuf"], load=True)
+        self.closed.close()
+
+    def _open(self, path: Path, load: bool) -> BPFObject:
+        obj = BPFObject.open(path)
+        self._objs.append(obj)
+        return obj.load() if load else obj
+
+    def close(self) -> None:
+        for obj in self._objs:
+            obj.close()
+
+
+@contextlib.contextmanager
+def bad_input_context(paths: Mapping[str, Path]) -> Iterator[Ctx]:
+    """A :class:`Ctx` over the compiled test objects (name -> path), closed on exit."""
+    ctx = Ctx(paths)
+    try:
+        yield ctx
+    finally:
+        ctx.close()
+
+
+@dataclass(frozen=True)
+class Case:
+    input: str                      #: what was tried, as the README's table shows it
+    call: Callable[[Ctx], Any]      #: tries it; must raise
+    error: type[BaseException]      #: the exact exception type
+    message: str                    #: a regex the message must contain
+
+
+# Used by several cases: an event of the DSL's seed.
+Conn = defevent("ConnectionEvent", ("timestamp", "u64"), ("pid", "u32"), ("protocol", "u8"), ("comm", "char", 16))
+
+
+def _nothing(*_args: Any) -> None:
+    return None
+
+
+def _after_close(make: Callable[[], Any], use: Callable[[Any], Any]) -> Any:
+    """Make a resource, close it, then use it."""
+    thing = make()
+    thing.close()
+    return use(thing)
+
+
+def _then_close(thing: Any, use: Callable[[Any], Any]) -> Any:
+    """Use a resource, closing it whatever happens."""
+    with thing:
+        return use(thing)
+
+
+CASES: list[Case] = [
+    # --- paths and bytes ------------------------------------------------------------------------
+    Case("`BPFObject.open('/nonexistent/x.bpf.o')`", lambda c: BPFObject.open("/nonexistent/x.bpf.o"),
+         BPFError, r"\[Errno 2\] No such file or directory: .*bpf_object__open_file\(/nonexistent/x.bpf.o\)"),
+    Case("`BPFObject.open('/')` (a directory)", lambda c: BPFObject.open("/"),
+         BPFError, r"\[Errno 21\] Is a directory: .*bpf_object__open_file\(/\)"),
+    Case("`BPFObject.open('/dev/null')` (not an ELF file)", lambda c: BPFObject.open("/dev/null"),
+         BPFError, r"\[Errno 4001\] BPF object format invalid: .*bpf_object__open_file\(/dev/null\)"),
+    Case("`BPFObject.open(b'')`", lambda c: BPFObject.open(b""),
+         BPFError, r"\[Errno 22\] Invalid argument: .*bpf_object__open_mem\(<bytes>\)"),
+    Case("`BPFObject.open(b'not an ELF')`", lambda c: BPFObject.open(b"not an ELF"),
+         BPFError, r"\[Errno 4001\] BPF object format invalid"),
+    Case("`BPFObject.open(b'\\x7fELF' + bytes(60))` (a truncated ELF)",
+         lambda c: BPFObject.open(b"\x7fELF" + bytes(60)), BPFError, r"\[Errno 4001\] BPF object format invalid"),
+    Case("`BPFObject.open(None)`", lambda c: BPFObject.open(None),  # type: ignore[arg-type]
+         TypeError, r"takes a path or bytes, not NoneType"),
+    # --- objects, programs, maps ------------------------------------------------------------------
+    Case("`obj.load()` a second time", lambda c: c.rb.load(), BPFError, r"\[Errno 22\] object is already loaded"),
+    Case("`obj.maps['nope']`", lambda c: c.rb.maps["nope"], KeyError, r"no map named 'nope' in ringbuf \(known: "),
+    Case("`obj.programs['nope']`", lambda c: c.rb.programs["nope"], KeyError, r"no program named 'nope'"),
+    Case("`prog.test_run()` before `load()`", lambda c: c.unloaded.programs["emit"].test_run(),
+         BPFError, r"program 'emit' is not loaded: call BPFObject.load\(\) first"),
+    Case("`prog.test_run(repeat=0)`", lambda c: c.rb.programs["emit"].test_run(repeat=0),
+         ValueError, r"repeat must be >= 1, got 0"),
+    Case("`map.lookup(b'abc')` (a 3-byte key for 4-byte keys)",
+         lambda c: c.rb.maps["failed_reserves"].lookup(b"abc"), ValueError, r"key is 3 bytes, .* has 4-byte keys"),
+    Case("`map.lookup(2**40)` (an int key too large)", lambda c: c.rb.maps["failed_reserves"].lookup(2**40),
+         ValueError, r"does not fit the map's 4-byte key"),
+    Case("`map.update(0, 'x')` (a str value)", lambda c: c.rb.maps["failed_reserves"].update(0, "x"),  # type: ignore[arg-type]
+         TypeError, r"value must be bytes, not str"),
+    Case("`map.update(0, bytes(3))` (a short value)",
+         lambda c: c.rb.maps["failed_reserves"].update(0, bytes(3)), ValueError, r"value is 3 bytes, .* 8-byte values"),
+    Case("`map.delete(0)` on an array map", lambda c: c.rb.maps["failed_reserves"].delete(0),
+         BPFError, r"\[Errno 22\] Invalid argument"),
+    # --- map types --------------------------------------------------------------------------------
+    Case("`RingBuffer(perf_event_array_map, cb)`", lambda c: RingBuffer(c.perf.maps["events"], _nothing),
+         TypeError, r"RingBuffer needs a ringbuf map; map 'events' is perf_event_array"),
+    Case("`PerfBuffer(ringbuf_map, cb)`", lambda c: PerfBuffer(c.rb.maps["rb"], _nothing),
+         TypeError, r"PerfBuffer needs a perf_event_array map; map 'rb' is ringbuf"),
+    Case("`PerfReader(array_map)`", lambda c: PerfReader(c.rb.maps["failed_reserves"]),
+         TypeError, r"PerfReader needs a perf_event_array map; map 'failed_reserves' is array"),
+    Case("`OrderedReader(array_map)`", lambda c: OrderedReader(c.ordered.maps["counters"]),
+         TypeError, r"needs a perf_event_array map or ringbuf maps; map 'counters' is array"),
+    Case("`OrderedReader([rb0, rb0], timestamp=0)`",
+         lambda c: OrderedReader([c.ordered.maps["rb0"], c.ordered.maps["rb0"]], timestamp=0),
+         ValueError, r"the same ring buffer map appears twice"),
+    Case("`BackpressureConsumer(perf_event_array_map, cb)`",
+         lambda c: BackpressureConsumer(c.perf.maps["events"], _nothing),
+         TypeError, r"BackpressureConsumer needs a ringbuf map; map 'events' is perf_event_array"),
+    Case("`map_ringbuf(array_map)`", lambda c: map_ringbuf(c.rb.maps["failed_reserves"]),
+         TypeError, r"map_ringbuf needs a ringbuf map; map 'failed_reserves' is array"),
+    Case("`RingBuffer('rb', cb)` (a name, not a Map)", lambda c: RingBuffer("rb", _nothing),  # type: ignore[arg-type]
+         TypeError, r"RingBuffer needs a Map, not str"),
+    Case("`RingBuffer(map_of_an_unloaded_object, cb)`", lambda c: RingBuffer(c.unloaded.maps["rb"], _nothing),
+         BPFError, r"map 'rb' is not created: call BPFObject.load\(\) first"),
+    # --- options ----------------------------------------------------------------------------------
+    Case("`RingBuffer(map, 42)` (callback not callable)", lambda c: RingBuffer(c.rb.maps["rb"], 42),  # type: ignore[arg-type]
+         TypeError, r"callback must be callable, not int"),
+    Case("`RingBuffer(map, cb, max_batch=0)`", lambda c: RingBuffer(c.rb.maps["rb"], _nothing, max_batch=0),
+         ValueError, r"max_batch must be > 0, got 0"),
+    Case("`PerfBuffer(map, cb, page_cnt=3)`", lambda c: PerfBuffer(c.perf.maps["events"], _nothing, page_cnt=3),
+         ValueError, r"page_cnt must be a power of two, got 3"),
+    Case("`PerfReader(map, per_cpu_buffer=0)`", lambda c: PerfReader(c.perf.maps["events"], per_cpu_buffer=0),
+         ValueError, r"per_cpu_buffer must be > 0 bytes, got 0"),
+    Case("`PerfReader(map, watermark=4096)` (the whole ring)",
+         lambda c: PerfReader(c.perf.maps["events"], watermark=4096),
+         ValueError, r"watermark must be >= 0 and below the ring size 4096, got 4096"),
+    Case("`PerfReader(map, watermark=64, wakeup_events=2)`",
+         lambda c: PerfReader(c.perf.maps["events"], watermark=64, wakeup_events=2),
+         ValueError, r"watermark and wakeup_events cannot both be set"),
+    Case("`OrderedReader(map, late='reorder')`", lambda c: OrderedReader(c.ordered.maps["events"], late="reorder"),
+         ValueError, r"late must be 'deliver' or 'drop', got 'reorder'"),
+    Case("`OrderedReader(map, window_ms=-1)`", lambda c: OrderedReader(c.ordered.maps["events"], window_ms=-1),
+         ValueError, r"window_ms must be >= 0, got -1"),
+    Case("`OrderedReader(map, timestamp='ts')` (no `event=`)",
+         lambda c: OrderedReader(c.ordered.maps["events"], timestamp="ts"),
+         ValueError, r"timestamp field 'ts' needs event=EventDef"),
+    Case("`OrderedReader([rb0, rb1])` (kernel time, ring buffers)",
+         lambda c: OrderedReader([c.ordered.maps["rb0"], c.ordered.maps["rb1"]]),
+         ValueError, r"timestamp='kernel' needs a perf event array"),
+    Case("`OrderedReader(map, timestamp=True)`", lambda c: OrderedReader(c.ordered.maps["events"], timestamp=True),
+         TypeError, r"timestamp must be 'kernel', a byte offset or a field name, not a bool"),
+    Case("`BackpressureConsumer(map, cb, max_pending=0)`",
+         lambda c: BackpressureConsumer(c.rb.maps["rb"], _nothing, max_pending=0),
+         ValueError, r"max_pending must be > 0, got 0"),
+    Case("`BackpressureConsumer(map, cb, max_pending='10')`",
+         lambda c: BackpressureConsumer(c.rb.maps["rb"], _nothing, max_pending="10"),  # type: ignore[arg-type]
+         TypeError, r"max_pending must be an int, not str"),
+    Case("`SamplingConsumer(map, cb, sample_rate=1.5)`",
+         lambda c: SamplingConsumer(c.rb.maps["rb"], _nothing, sample_rate=1.5),
+         ValueError, r"sample_rate must be in \[0, 1\], got 1.5"),
+    Case("`SamplingConsumer(map, cb, sample_rate=nan)`",
+         lambda c: SamplingConsumer(c.rb.maps["rb"], _nothing, sample_rate=math.nan),
+         ValueError, r"sample_rate must be in \[0, 1\], got nan"),
+    Case("`RingBufConsumer(map, cb, batch_size=0)`",
+         lambda c: RingBufConsumer(c.rb.maps["rb"], _nothing, batch_size=0),
+         ValueError, r"batch_size must be > 0, got 0"),
+    Case("`RingBufConsumer(map, cb, deserializer=5)`",
+         lambda c: RingBufConsumer(c.rb.maps["rb"], _nothing, deserializer=5),  # type: ignore[arg-type]
+         TypeError, r"deserializer must be callable, not int"),
+    Case("`process_events(map, 'print')` (callback not callable)",
+         lambda c: process_events(c.rb.maps["rb"], "print"),  # type: ignore[arg-type]
+         TypeError, r"callback must be callable, not str"),
+    Case("`peek_ringbuf_events(map, max_events=-1)`",
+         lambda c: peek_ringbuf_events(c.rb.maps["rb"], max_events=-1),
+         ValueError, r"max_events must be >= 0 or None, got -1"),
+    # --- buffers ----------------------------------------------------------------------------------
+    Case("`ConnectionEvent.parse(b'short')`", lambda c: Conn.parse(b"short"),
+         ValueError, r"event 'ConnectionEvent' needs 29 bytes, buffer has 5"),
+    Case("`ConnectionEvent.parse(123)`", lambda c: Conn.parse(123),
+         TypeError, r"cannot parse int, need a bytes-like object"),
+    Case("`ConnectionEvent.serialize({'comm': 'x' * 17})`", lambda c: Conn.serialize({"comm": "x" * 17}),
+         ValueError, r"field 'comm' holds 16 bytes, got 17"),
+    Case("`read_ringbuf_events(layout, max_events=-1)`",
+         lambda c: _then_close(map_ringbuf(c.rb.maps["rb"]), lambda lay: read_ringbuf_events(lay, -1)),
+         ValueError, r"max_events must be >= 0 or None, got -1"),
+    Case("`perf_buffer.buffer(99)` (no such ring)",
+         lambda c: _then_close(PerfBuffer(c.perf.maps["events"], _nothing), lambda pb: pb.buffer(99)),
+         IndexError, r"perf buffer slot 99 out of range"),
+    # --- DSL specs --------------------------------------------------------------------------------
+    Case("`defevent('E', ('x', 'u128'))`", lambda c: defevent("E", ("x", "u128")),
+         ValueError, r"event 'E': unknown type 'u128' for field 'x'"),
+    Case("`defevent('E', ('x', 'u32'), ('x', 'u8'))`", lambda c: defevent("E", ("x", "u32"), ("x", "u8")),
+         ValueError, r"duplicate field name 'x'"),
+    Case("`defevent('E', ('x', 'u8', 0))`", lambda c: defevent("E", ("x", "u8", 0)),
+         ValueError, r"count of field 'x' must be positive, got 0"),
+    Case("`defevent('E', ('x', 'u8'), layout='weird')`", lambda c: defevent("E", ("x", "u8"), layout="weird"),
+         ValueError, r"unknown layout 'weird'"),
+    Case("`defevent('E')` (no fields)", lambda c: defevent("E"), ValueError, r"event 'E' has no fields"),
+    Case("`make_event_parser(['u33'])`", lambda c: make_event_parser(["u33"]),
+         ValueError, r"unknown type 'u33'"),
+    Case("`make_event_serializer(['u8'])((256,))`", lambda c: make_event_serializer(["u8"])((256,)),
+         ValueError, r"value 256 out of range for field 'f0' \(u8: 0..255\)"),
+    Case("`ConnectionEvent.serialize({'nope': 1})`", lambda c: Conn.serialize({"nope": 1}),
+         UnknownFieldError, r"event 'ConnectionEvent' has no field 'nope'"),
+    Case("`ConnectionEvent.serialize({'pid': -1})`", lambda c: Conn.serialize({"pid": -1}),
+         ValueError, r"value -1 out of range for field 'pid'"),
+    Case("`ConnectionEvent.serialize({'pid': 'x'})`", lambda c: Conn.serialize({"pid": "x"}),
+         TypeError, r"field 'pid' \(u32\) needs an int, got str"),
+    # --- registers and instructions ---------------------------------------------------------------
+    Case("`store_event_field('r11', ConnectionEvent, 'pid', 'r7')`",
+         lambda c: store_event_field("r11", Conn, "pid", "r7"), ValueError, r"bad register 'r11'"),
+    Case("`store_event_field('r6', ConnectionEvent, 'pid', 'x7')`",
+         lambda c: store_event_field("r6", Conn, "pid", "x7"), ValueError, r"bad register 'x7'"),
+    Case("`store_event_field('r6', ConnectionEvent, 'comm', 'r7')` (an array field)",
+         lambda c: store_event_field("r6", Conn, "comm", "r7"),
+         ValueError, r"only a scalar field of 1, 2, 4 or 8 bytes can be stored in one instruction"),
+    Case("`store_event_imm('r6', ConnectionEvent, 'protocol', 256)`",
+         lambda c: store_event_imm("r6", Conn, "protocol", 256),
+         ValueError, r"immediate 256 does not fit field 'protocol' \(u8\)"),
+    Case("`store_event_fields('r6', ConnectionEvent, {'pid': {'bad': 1}})`",
+         lambda c: store_event_fields("r6", Conn, {"pid": {"bad": 1}}),
+         ValueError, r"expected \{'reg': register\} or \{'imm': int\}"),
+    Case("`mov('r0', 2**40)`", lambda c: mov("r0", 2**40), ValueError, r"immediate 1099511627776 out of range"),
+    Case("`load_program([], 'syscall')`", lambda c: load_program([], "syscall"),
+         ValueError, r"cannot load an empty program"),
+    Case("`load_program(insns, 'nosuchtype')`", lambda c: load_program([mov("r0", 0), exit_()], "nosuchtype"),
+         ValueError, r"unknown program type 'nosuchtype'"),
+    Case("`load_program([exit_()], 'syscall')` (r0 never set)", lambda c: load_program([exit_()], "syscall"),
+         LoadError, r"\[Errno 13\] Permission denied: .*bpf_prog_load\(asm_prog\)"),
+    # --- timeouts ---------------------------------------------------------------------------------
+    Case("`perf_reader.read(timeout=-1)`",
+         lambda c: _then_close(PerfReader(c.perf.maps["events"]), lambda r: r.read(timeout=-1)),
+         ValueError, r"timeout must be None or >= 0 seconds, got -1"),
+    Case("`ordered_reader.read(timeout=nan)`",
+         lambda c: _then_close(OrderedReader(c.ordered.maps["events"]), lambda r: r.read(timeout=math.nan)),
+         ValueError, r"timeout must be None or >= 0 seconds, got nan"),
+    Case("`perf_reader.read(timeout=0)` with nothing to read",
+         lambda c: _then_close(PerfReader(c.perf.maps["events"]), lambda r: r.read(timeout=0)),
+         TimeoutError, r"PerfReader: no record within 0 s"),
+    Case("`ordered_reader.read(timeout=0)` with nothing to read",
+         lambda c: _then_close(OrderedReader(c.ordered.maps["events"]), lambda r: r.read(timeout=0)),
+         TimeoutError, r"OrderedReader: no record within 0 s"),
+    Case("`consumer.stop(drain_timeout=-1)`",
+         lambda c: BackpressureConsumer(c.rb.maps["rb"], _nothing).stop(drain_timeout=-1),
+         ValueError, r"drain_timeout must be >= 0, got -1"),
+    # --- use after close --------------------------------------------------------------------------
+    Case("`ring_buffer.poll()` after `close()`",
+         lambda c: _after_close(lambda: RingBuffer(c.rb.maps["rb"], _nothing), lambda rb: rb.poll(0)),
+         ClosedError, r"^RingBuffer is closed$"),
+    Case("`perf_buffer.buffer(0)` after `close()`",
+         lambda c: _after_close(lambda: PerfBuffer(c.perf.maps["events"], _nothing), lambda pb: pb.buffer(0)),
+         ClosedError, r"^PerfBuffer is closed$"),
+    Case("`perf_reader.read()` after `close()`",
+         lambda c: _after_close(lambda: PerfReader(c.perf.maps["events"]), lambda r: r.read()),
+         ClosedError, r"^PerfReader is closed$"),
+    Case("`ordered_reader.read()` after `close()`",
+         lambda c: _after_close(lambda: OrderedReader(c.ordered.maps["events"]), lambda r: r.read()),
+         ClosedError, r"^OrderedReader is closed$"),
+    Case("`layout.available()` after `unmap_ringbuf(layout)`",
+         lambda c: _after_close(lambda: map_ringbuf(c.rb.maps["rb"]), lambda lay: lay.available()),
+         ClosedError, r"^RingBufLayout is closed$"),
+    Case("`map.lookup(0)` after `obj.close()`", lambda c: c.closed.maps["failed_reserves"].lookup(0),
+         ClosedError, r"^BPF object 'ringbuf' is closed$"),
+    Case("`prog.test_run()` after `obj.close()`", lambda c: c.closed.programs["emit"].test_run(),
+         ClosedError, r"^BPF object 'ringbuf' is closed$"),
+    Case("`obj.load()` after `obj.close()`", lambda c: c.closed.load(),
+         ClosedError, r"^BPF object 'ringbuf' is closed$"),
+    Case("`RingBuffer(map_of_a_closed_object, cb)`", lambda c: RingBuffer(c.closed.maps["rb"], _nothing),
+         ClosedError, r"^BPF object 'ringbuf' is closed$"),
+    Case("`BackpressureConsumer(map_of_a_closed_object, cb)`",
+         lambda c: BackpressureConsumer(c.closed.maps["rb"], _nothing),
+         ClosedError, r"^BPF object 'ringbuf' is closed$"),
+]
+
+
+# --- running the cases and rendering the table ----------------------------------------------------
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+
+
+def message_of(exc: BaseException) -> str:
+    """The exception's message, first line only (a LoadError adds the verifier log after it), with
+    addresses normalised; a plain KeyError's message without the quotes str() adds."""
+    if type(exc) is KeyError and len(exc.args) == 1 and isinstance(exc.args[0], str):
+        text = exc.args[0]
+    else:
+        text = str(exc)
+    return _ADDRESS.sub("0x…", text.splitlines()[0] if text else "")
+
+
+def run_case(case: Case, ctx: Ctx) -> BaseException | None:
+    """Try the case: the exception it raised, or None (then anything it made is closed)."""
+    try:
+        made = case.call(ctx)
+    except Exception as exc:
+        return exc
+    close = getattr(made, "close", None)
+    if callable(close):
+        close()
+    return None
+
+
+def _cell(text: str) -> str:
+    text = text.replace("|", "\\|")
+    return f"`{text}`" if "`" not in text else text
+
+
+def render_table(ctx: Ctx) -> str:
+    """The README's bad-input table, from what each case raises now."""
+    lines = ["| input | error | message |", "|---|---|---|"]
+    for case in CASES:
+        exc = run_case(case, ctx)
+        error = "(no error)" if exc is None else type(exc).__name__
+        if isinstance(exc, OSError) and exc.errno is not None:
+            error += f" (errno {exc.errno})"
+        message = "" if exc is None else _cell(message_of(exc))
+        lines.append(f"| {case.input.replace('|', chr(92) + '|')} | {error} | {message} |")
+    return "\n".join(lines)
+
+
+def readme_table(text: str) -> str | None:
+    """The table between the markers in README text, or None when the markers are missing."""
+    start, end = text.find(START), text.find(END)
+    if start < 0 or end < start:
+        return None
+    return text[start + len(START):end].strip()
+
+
+def replace_readme_table(text: str, table: str) -> str:
+    start, end = text.find(START), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"README.md has no {START} ... {END} markers")
+    return f"{text[:start + len(START)]}\n{table}\n{text[end:]}"
+
+
+# --- the tests ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ctx(bpf_objects: dict[str, Path]) -> Iterator[Ctx]:
+    with bad_input_context(bpf_objects) as c:
+        yield c
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.input.strip("`") for c in CASES])
+def test_bad_input(ctx: Ctx, case: Case) -> None:
+    exc = run_case(case, ctx)
+    assert exc is not None, f"{case.input}: no error raised"
+    assert type(exc) is case.error, f"{case.input}: {type(exc).__name__} ({exc}), expected {case.error.__name__}"
+    assert re.search(case.message, message_of(exc)), f"{case.input}: {message_of(exc)!r} !~ {case.message!r}"
+
+
+def test_the_table_covers_every_kind_of_bad_input() -> None:
+    assert len(CASES) >= 25
+    assert len({c.input for c in CASES}) == len(CASES), "inputs must be unique: they are the table's rows"
+
+
+def test_messages_are_stable(ctx: Ctx) -> None:
+    """Two runs give the same table: no fds, addresses or pids in the messages."""
+    assert render_table(ctx) == render_table(ctx)
+
+
+def test_readme_table_is_current(ctx: Ctx) -> None:
+    current = readme_table(README.read_text())
+    assert current is not None, f"README.md lacks the {START} / {END} markers"
+    generated = render_table(ctx)
+    assert current == generated, (
+        "README.md's bad-input table differs from what the cases raise now: "
+        "run `.venv/bin/python tools/bad_input_table.py --write` (as root) and commit README.md")
