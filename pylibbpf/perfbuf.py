@@ -156,14 +156,12 @@ class PerfBuffer(BatchReader):
                 yield cpu, view[start:start + length]
 
     def _drain(self) -> None:
-        lib.plb_batch_reset(self._batch)
-        ret = lib.perf_buffer__consume(self._pb)
-        if self._batch.n:
-            self._pending = Batch(self._batch, with_tags=True)
-        if ret < 0:
-            raise _libbpf.error(-ret, "perf_buffer__consume")
-        if self._batch.err:
-            raise _libbpf.error(-self._batch.err, "perf_buffer__consume: collecting samples")
+        """Copy what every CPU's ring holds into a batch (lock held)."""
+        try:
+            _libbpf.perf_buffer__consume_into(self._pb, self._batch, "perf_buffer__consume")
+        finally:
+            if self._batch.n:  # samples already consumed from the kernel are kept, even on an error
+                self._pending = Batch(self._batch, with_tags=True)
 
     def _deliver(self) -> int:
         batch = self._pending
