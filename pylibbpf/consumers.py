@@ -30,6 +30,7 @@ consumer.events()`` instead (see :meth:`_Consumer.events`).
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import logging
@@ -120,7 +121,7 @@ class SamplingStats(NamedTuple):
     sample_rate: float        #: the configured rate
 
 
-class _Consumer:
+class _Consumer(abc.ABC):
     """A worker thread that obtains batches of records and delivers them; start/stop/events().
 
     Subclasses provide the source: ``_open()`` (resources, before the thread
@@ -317,17 +318,21 @@ class _Consumer:
 
     # --- subclass hooks -----------------------------------------------------------------------
 
+    @abc.abstractmethod
     def _open(self) -> None:
-        raise NotImplementedError
+        """Create the run's reading resources (start(), before the worker thread starts)."""
 
+    @abc.abstractmethod
     def _signal_stop(self) -> None:
-        raise NotImplementedError
+        """Wake the worker so that it sees the stop request."""
 
+    @abc.abstractmethod
     def _loop(self) -> None:
-        raise NotImplementedError
+        """The worker thread's body: read and deliver until stopped."""
 
+    @abc.abstractmethod
     def _close(self) -> None:
-        raise NotImplementedError
+        """Release the run's reading resources (after the worker has ended)."""
 
     def _abandon_handoff(self) -> None:
         """Records left in the hand-off that no iteration will take (lock held)."""
