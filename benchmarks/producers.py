@@ -16,6 +16,8 @@ import time
 import traceback
 from pathlib import Path
 
+from pylibbpf.perfbuf import online_cpus  # one perf ring per online CPU
+
 ROOT = Path(__file__).resolve().parent.parent
 HERE = ROOT / "benchmarks"
 BUILD = HERE / "build"
@@ -41,20 +43,6 @@ def build() -> None:
     if not BENCH_C.exists() or BENCH_C.stat().st_mtime < max(src.stat().st_mtime, lib.stat().st_mtime):
         subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", f"-I{LIBBPF / 'include'}", str(src), str(lib),
                         "-lelf", "-lz", "-o", str(BENCH_C)], check=True)
-
-
-def online_cpus() -> list[int]:
-    """The online CPUs (not this process's affinity, which the runs narrow to one CPU)."""
-    try:
-        with open("/sys/devices/system/cpu/online") as f:
-            ranges = f.read().strip()
-    except OSError:
-        return list(range(os.cpu_count() or 1))
-    cpus: list[int] = []
-    for part in ranges.split(","):
-        first, _, last = part.partition("-")
-        cpus.extend(range(int(first), int(last or first) + 1))
-    return cpus
 
 
 def pin(cpu: int) -> None:

@@ -50,6 +50,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pylibbpf.perfbuf import online_cpus
+
 ROOT = Path(__file__).resolve().parent.parent
 TESTS_BPF = ROOT / "tests" / "bpf"
 BPF_OUT = TESTS_BPF / "build"
@@ -148,7 +150,7 @@ class Soak:
         self.ord_obj = BPFObject.open(paths["ordered"]).load()
         self.produce = self.rate_obj.programs["produce"]
         self.emit_stress = self.ord_obj.programs["emit_stress"]
-        self.cpus = _online_cpus()
+        self.cpus = online_cpus()
 
         self.last_seq = -1
         self.seq_faults = 0
@@ -339,14 +341,6 @@ class Soak:
 
     max_slope = 0.5
     rss_floor = 2.0
-
-
-def _online_cpus() -> list[int]:
-    cpus: list[int] = []
-    for part in Path("/sys/devices/system/cpu/online").read_text().strip().split(","):
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
 
 
 def table(r: Result) -> str:

@@ -18,13 +18,16 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from . import _libbpf
 from ._ffi import ffi, lib
 from .errors import ClosedError
 
 CData = Any
+
+
+BatchT = TypeVar("BatchT", bound="Batch")
 
 
 class Batch:
@@ -57,7 +60,8 @@ class Batch:
         self.next = 0  # index of the first record not delivered yet (callback paths)
 
     @classmethod
-    def empty(cls) -> Batch:
+    def empty(cls: type[BatchT]) -> BatchT:
+        """A batch with no records (of the class it is called on)."""
         batch = cls.__new__(cls)
         batch.blob, batch.view = b"", memoryview(b"")
         batch.starts, batch.lens, batch.tags, batch.lost = [], [], [], []

@@ -13,6 +13,7 @@ the C merge core (``csrc/plb_merge.c``; the rule is in the README).
 
 from __future__ import annotations
 
+import abc
 import errno
 import math
 import mmap
@@ -244,11 +245,8 @@ class OrderedBatch(Batch):
 
     @classmethod
     def empty(cls) -> OrderedBatch:
-        batch = cls.__new__(cls)
-        batch.blob, batch.view = b"", memoryview(b"")
-        batch.starts, batch.lens, batch.tags, batch.lost = [], [], [], []
+        batch = super().empty()
         batch.timestamps, batch.late, batch.lost_notices = [], [], []
-        batch.next = 0
         return batch
 
     @classmethod
@@ -325,8 +323,8 @@ class OrderedStats:
     backlog: dict[int, int] = field(default_factory=dict)
 
 
-def _online_cpus() -> list[int]:
-    """The online CPUs, from the same file libbpf's perf_buffer reads."""
+def online_cpus() -> list[int]:
+    """The online CPUs, from the same file libbpf's perf_buffer reads (one perf ring each)."""
     cpus: list[int] = []
     for part in _ONLINE_CPUS.read_text().strip().split(","):
         if part:
@@ -338,7 +336,7 @@ def _online_cpus() -> list[int]:
 def _ring_cpus(m: Map, who: str) -> list[int]:
     """The CPUs that get a ring: online and below the map's max_entries (its keys are CPU numbers)."""
     limit = m.max_entries
-    cpus = [c for c in _online_cpus() if c < limit]
+    cpus = [c for c in online_cpus() if c < limit]
     if not cpus:
         raise BPFError(errno.EINVAL, f"map {m.name!r} has {limit} entries: no online CPU fits", who)
     return cpus
@@ -446,7 +444,24 @@ class _RingBufMaps:
         self._finalizer()
 
 
-class PerfReader(Closable):
+class _RecordReader(Closable):
+    """What PerfReader and OrderedReader share: ``read()`` and iteration until closed."""
+
+    @abc.abstractmethod
+    def read(self, timeout: float | None = None) -> Record:
+        """The next record; TimeoutError when ``timeout`` runs out, ClosedError once closed."""
+
+    def __iter__(self) -> Iterator[Record]:
+        """``for rec in reader``: :meth:`read` without a timeout until the reader is closed."""
+        while True:
+            try:
+                rec = self.read()
+            except ClosedError:
+                return
+            yield rec
+
+
+class PerfReader(_RecordReader):
     """Read a perf event array one record at a time, cilium/ebpf style.
 
     ``per_cpu_buffer`` is the size in bytes of each CPU's ring, rounded up to
@@ -539,15 +554,6 @@ class PerfReader(Closable):
         The bytes are valid until the next ``read_into`` with this record.
         """
         self._next_into(record, timeout, reuse=True)
-
-    def __iter__(self) -> Iterator[Record]:
-        """``for rec in reader``: :meth:`read` without a timeout until the reader is closed."""
-        while True:
-            try:
-                rec = self.read()
-            except ClosedError:
-                return
-            yield rec
 
     def pause(self) -> None:
         """Stop the kernel from writing: BPF programs' ``bpf_perf_event_output`` fails with -ENOENT.
@@ -648,7 +654,7 @@ def _timestamp_offset(timestamp: object, event: EventDef | None) -> int | None:
     raise TypeError(f"timestamp must be 'kernel', a byte offset or a field name, not {type(timestamp).__name__}")
 
 
-class OrderedReader(Closable):
+class OrderedReader(_RecordReader):
     """Every CPU's perf ring (or several BPF ring buffers) merged into one stream in timestamp order.
 
     ``map`` is a perf event array, or a ring buffer map or a list of them.
@@ -857,15 +863,6 @@ class OrderedReader(Closable):
         batch.rest()
         batch.lost_notices = batch.take_lost()
         return batch
-
-    def __iter__(self) -> Iterator[Record]:
-        """``for rec in reader``: :meth:`read` without a timeout until the reader is closed."""
-        while True:
-            try:
-                rec = self.read()
-            except ClosedError:
-                return
-            yield rec
 
     def stats(self) -> OrderedStats:
         """The merge's counters and each ring's backlog, now (see :class:`OrderedStats`).

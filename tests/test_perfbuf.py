@@ -12,15 +12,7 @@ import pytest
 from progs import PERF_SAMPLE, counter, emit_perf
 
 from pylibbpf import BPFObject, ClosedError, PerfBuffer, lib
-
-
-def online_cpus() -> list[int]:
-    cpus: list[int] = []
-    for part in Path("/sys/devices/system/cpu/online").read_text().strip().split(","):
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
-
+from pylibbpf.perfbuf import online_cpus
 
 pytestmark = pytest.mark.usefixtures("bpf_privileged")
 

@@ -14,14 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(cond)                                                            \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__,  \
-				__LINE__, #cond);                              \
-			abort();                                               \
-		}                                                              \
-	} while (0)
+#include "check.h"
 
 /* ---- a kernel-like perf ring producer ---- */
 

@@ -11,15 +11,7 @@
 #include <stdlib.h>
 
 static int failures;
-#define CHECK(cond)                                                            \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__,  \
-				__LINE__, #cond);                              \
-			failures++;                                            \
-			abort();                                               \
-		}                                                              \
-	} while (0)
+#include "check.h"
 
 /* ---- a kernel-like producer over ordinary memory ---- */
 

@@ -7,14 +7,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#define CHECK(c)                                                              \
-	do {                                                                  \
-		if (!(c)) {                                                   \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, \
-				__LINE__, #c);                                \
-			abort();                                              \
-		}                                                             \
-	} while (0)
+#include "check.h"
 
 static uint8_t out[1 << 16];
 static uint32_t starts[4096], lens[4096];

@@ -20,14 +20,7 @@
 #include <stdio.h>
 #include <sys/syscall.h>
 
-#define CHECK(c)                                                              \
-	do {                                                                  \
-		if (!(c)) {                                                   \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, \
-				__LINE__, #c);                                \
-			abort();                                              \
-		}                                                             \
-	} while (0)
+#include "check.h"
 
 /* ---- synthetic kernel ring (the same model as test_ringbuf.c) ---- */
 

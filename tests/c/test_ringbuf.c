@@ -17,14 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(c)                                                              \
-	do {                                                                  \
-		if (!(c)) {                                                   \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, \
-				__LINE__, #c);                                \
-			abort();                                              \
-		}                                                             \
-	} while (0)
+#include "check.h"
 
 struct synth {
 	size_t size;

@@ -18,14 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(c)                                                               \
-	do {                                                                   \
-		if (!(c)) {                                                    \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__,  \
-				__LINE__, #c);                                 \
-			abort();                                               \
-		}                                                              \
-	} while (0)
+#include "../c/check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
