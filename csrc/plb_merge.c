@@ -23,14 +23,14 @@ struct plb_msrc {
 	int in_heap;
 	uint64_t head_ts;
 	uint64_t head_at;         /* perf: ring position of the payload */
-	const uint8_t *head_ptr;  /* ringbuf: the payload (never wraps there) */
+	const uint8_t *head_ptr;  /* the payload, when contiguous in the ring
+				     (always for a ringbuf); NULL: it wraps */
 	uint64_t head_next;       /* ring position just past the record */
 	uint32_t head_len;        /* payload bytes */
 
 	int have_prev;
 	uint64_t prev_ts;         /* ts of the last record taken (inversions) */
 	uint64_t max_ts;          /* largest ts taken: the floor of the frontier */
-	int pressured;
 };
 
 struct plb_merge {
@@ -41,7 +41,6 @@ struct plb_merge {
 	struct plb_msrc *src;
 	uint32_t *heap;              /* source indices, keyed by (head_ts, index) */
 	uint32_t nheap;
-	uint32_t npressured;         /* sources in the heap under pressure */
 	int have_emitted;
 	uint64_t last_emitted;       /* largest ts emitted so far */
 	uint64_t deadline;
@@ -58,6 +57,27 @@ struct plb_drain_ctx {
 	int full;      /* stopped for room: more may be emittable now */
 	int nospace;   /* a payload larger than the whole buffer */
 };
+
+/* The smallest (frontier, index) over the empty sources: every record they
+ * publish later has a key (ts, index) at or above their pair. */
+struct plb_front {
+	uint64_t ts;
+	uint32_t idx;
+};
+
+static void front_min(struct plb_front *f, uint64_t ts, uint32_t idx)
+{
+	if (ts < f->ts || (ts == f->ts && idx < f->idx)) {
+		f->ts = ts;
+		f->idx = idx;
+	}
+}
+
+/* (ts, idx) sorts strictly below the pair f. */
+static inline int key_below(uint64_t ts, uint32_t idx, const struct plb_front *f)
+{
+	return ts < f->ts || (ts == f->ts && idx < f->idx);
+}
 
 #define PLB_ALIGN8(x) (((x) + 7) & ~(uint64_t)7)
 
@@ -134,7 +154,8 @@ static void heap_sift_up(struct plb_merge *m, uint32_t k)
 	m->heap[k] = x;
 }
 
-static void heap_sift_down(struct plb_merge *m, uint32_t k)
+static inline __attribute__((always_inline)) void
+heap_sift_down(struct plb_merge *m, uint32_t k)
 {
 	uint32_t x = m->heap[k];
 
@@ -178,18 +199,38 @@ static uint64_t src_fill(const struct plb_msrc *s)
 	return __atomic_load_n(s->rb.producer_pos, __ATOMIC_RELAXED) - s->rb_pos;
 }
 
-static void update_pressure(struct plb_merge *m, struct plb_msrc *s)
+/* The pressure valve's test: is some source with a waiting head fuller than
+ * its threshold? Asked only when the rule holds the top back, so the scan
+ * costs nothing on the path that emits. */
+static int any_pressured(const struct plb_merge *m)
 {
-	int p = s->in_heap && s->press_thr != UINT64_MAX &&
-		src_fill(s) > s->press_thr;
+	uint32_t k;
 
-	if (p != s->pressured) {
-		s->pressured = p;
-		if (p)
-			m->npressured++;
-		else
-			m->npressured--;
+	for (k = 0; k < m->nheap; k++) {
+		const struct plb_msrc *s = &m->src[m->heap[k]];
+
+		if (s->press_thr != UINT64_MAX && src_fill(s) > s->press_thr)
+			return 1;
 	}
+	return 0;
+}
+
+/* Copy a payload out of the ring. Records are small: fixed-size pieces the
+ * compiler inlines beat a libc call per record (2-4x in the merge's loop). */
+static inline void copy_payload(uint8_t *dst, const uint8_t *src, uint32_t len)
+{
+	if (len > 256) {
+		memcpy(dst, src, len);
+		return;
+	}
+	for (; len >= 8; len -= 8, dst += 8, src += 8)
+		memcpy(dst, src, 8);
+	if (len >= 4) {
+		memcpy(dst, src, 4);
+		len -= 4, dst += 4, src += 4;
+	}
+	while (len--)
+		*dst++ = *src++;
 }
 
 /* Append a PERF_RECORD_LOST entry; 0 if the output has no slot left. */
@@ -242,8 +283,43 @@ static int perf_sample_head(struct plb_merge *m, struct plb_msrc *s,
 		plb_perfring_read(&s->pr, raw_at + m->cfg.ts_offset, &ts, sizeof(ts));
 	}
 	s->head_at = raw_at;
+	s->head_ptr = NULL; /* copied with plb_perfring_read(), which wraps */
 	s->head_len = raw_size;
 	s->head_next = rec->pos + rec->size;
+	note_head(m, s, ts);
+	return 1;
+}
+
+/* The common case of perf_sample_head(): a PERF_RECORD_SAMPLE that lies
+ * whole before the end of the ring, parsed in place with fixed-size loads.
+ * rec: the record's bytes (below the acquire-loaded head); size: its size
+ * from the header, already checked (>= 8, 8-aligned, within the head).
+ * 0 if malformed. */
+static inline __attribute__((always_inline)) int perf_sample_head_inplace(struct plb_merge *m, struct plb_msrc *s,
+					   const uint8_t *rec, uint32_t size)
+{
+	uint32_t raw_size;
+	uint64_t ts;
+	const uint8_t *raw;
+
+	if ((uint64_t)m->raw_off + sizeof(raw_size) > size)
+		return 0;
+	memcpy(&raw_size, rec + m->raw_off, sizeof(raw_size));
+	if ((uint64_t)m->raw_off + sizeof(raw_size) + raw_size > size)
+		return 0;
+	raw = rec + m->raw_off + sizeof(raw_size);
+	if (m->cfg.ts_mode == PLB_TS_KERNEL) {
+		/* TIME comes before RAW: time_off + 8 <= raw_off < size. */
+		memcpy(&ts, rec + m->time_off, sizeof(ts));
+	} else {
+		if ((uint64_t)m->cfg.ts_offset + sizeof(ts) > raw_size)
+			return 0;
+		memcpy(&ts, raw + m->cfg.ts_offset, sizeof(ts)); /* unaligned */
+	}
+	s->head_at = s->pr.tail + (uint64_t)(raw - rec);
+	s->head_ptr = raw;
+	s->head_len = raw_size;
+	s->head_next = s->pr.tail + size;
 	note_head(m, s, ts);
 	return 1;
 }
@@ -251,8 +327,8 @@ static int perf_sample_head(struct plb_merge *m, struct plb_msrc *s,
 /* Find s's next head, consuming LOST (as output entries) and malformed
  * records on the way. 1: head set; 0: nothing (more) visible; -1: a LOST
  * record needs an output slot that is not there. */
-static int fill_head_perf(struct plb_merge *m, struct plb_msrc *s, uint32_t i,
-			  struct plb_drain_ctx *c)
+static int fill_head_perf_slow(struct plb_merge *m, struct plb_msrc *s, uint32_t i,
+			       struct plb_drain_ctx *c)
 {
 	struct plb_perf_rec rec;
 	int ret;
@@ -296,6 +372,41 @@ static int fill_head_perf(struct plb_merge *m, struct plb_msrc *s, uint32_t i,
 	}
 }
 
+/* The common case of fill_head_perf(): the record at the tail is a sample
+ * whose whole record is contiguous in the ring (all but one record per lap).
+ * Plain loads: the record is below the head acquire-loaded by
+ * plb_perfring_refresh(). The checks are plb_perfring_peek_header()'s.
+ * 1: head set; 0: not this case (or a malformed sample, skipped): ask the
+ * general path. Inlined into the drain loop: this is its hot path. */
+static inline __attribute__((always_inline)) int
+fill_head_perf_inplace(struct plb_merge *m, struct plb_msrc *s)
+{
+	uint64_t avail = s->pr.head - s->pr.tail;
+	uint64_t off = s->pr.tail & s->pr.mask;
+	struct perf_event_header h;
+
+	if (avail < sizeof(h) || avail > s->pr.size || off + sizeof(h) > s->pr.size)
+		return 0;
+	memcpy(&h, s->pr.data + off, sizeof(h));
+	if (h.type != PERF_RECORD_SAMPLE || h.size < sizeof(h) || (h.size & 7) ||
+	    h.size > avail || off + h.size > s->pr.size)
+		return 0;
+	if (perf_sample_head_inplace(m, s, s->pr.data + off, h.size))
+		return 1;
+	m->st.malformed++;
+	s->pr.tail += h.size;
+	return 0;
+}
+
+/* Find s's next head (see fill_head_perf_slow). */
+static inline __attribute__((always_inline)) int
+fill_head_perf(struct plb_merge *m, struct plb_msrc *s, uint32_t i, struct plb_drain_ctx *c)
+{
+	if (fill_head_perf_inplace(m, s))
+		return 1;
+	return fill_head_perf_slow(m, s, i, c);
+}
+
 static int fill_head_rb(struct plb_merge *m, struct plb_msrc *s)
 {
 	for (;;) {
@@ -335,7 +446,8 @@ static int fill_head_rb(struct plb_merge *m, struct plb_msrc *s)
 	}
 }
 
-static int fill_head(struct plb_merge *m, uint32_t i, struct plb_drain_ctx *c)
+static inline __attribute__((always_inline)) int
+fill_head(struct plb_merge *m, uint32_t i, struct plb_drain_ctx *c)
 {
 	struct plb_msrc *s = &m->src[i];
 
@@ -375,7 +487,8 @@ static void take_head(struct plb_msrc *s)
 }
 
 /* Emit the head of source i. 1: taken; -1: no room in the output. */
-static int emit_head(struct plb_merge *m, uint32_t i, int forced,
+static inline __attribute__((always_inline)) int
+emit_head(struct plb_merge *m, uint32_t i, int forced,
 		     struct plb_drain_ctx *c)
 {
 	struct plb_msrc *s = &m->src[i];
@@ -405,10 +518,10 @@ static int emit_head(struct plb_merge *m, uint32_t i, int forced,
 	 * Not for an empty payload: buf may be NULL (buf_size 0), and NULL + 0
 	 * or memcpy(NULL, src, 0) is undefined behaviour. */
 	if (s->head_len) {
-		if (s->kind == PLB_SRC_PERF)
-			plb_perfring_read(&s->pr, s->head_at, o->buf + off, s->head_len);
+		if (s->head_ptr)
+			copy_payload(o->buf + off, s->head_ptr, s->head_len);
 		else
-			memcpy(o->buf + off, s->head_ptr, s->head_len);
+			plb_perfring_read(&s->pr, s->head_at, o->buf + off, s->head_len);
 	}
 	if (late) {
 		fl |= PLB_MERGE_F_LATE;
@@ -435,6 +548,101 @@ static int emit_head(struct plb_merge *m, uint32_t i, int forced,
 	return 1;
 }
 
+/* The merge's hot loop, for a perf source at the top (not forced): emits its
+ * head and the records that follow it in the ring for as long as each is the
+ * plain case -- a PERF_RECORD_SAMPLE lying whole before the end of the ring,
+ * well formed, not below the last emitted timestamp (so neither late nor an
+ * inversion), with a key below bound (the next other waiting head or the
+ * frontier), and with room in the output. Every record it emits is exactly
+ * what emit_head() then fill_head() would emit; it only keeps the cursor, the
+ * output position and the counters in registers, and parses each record
+ * once. Plain loads: everything read lies below the head acquire-loaded by
+ * plb_perfring_refresh() in this pass.
+ * Returns -1: the head itself is not plain (nothing done; use emit_head());
+ * 1: stopped at a well-formed contiguous sample, now s's head; 0: stopped at
+ * anything else, left at the tail for fill_head(). */
+static int perf_run(struct plb_merge *m, struct plb_msrc *s, uint32_t i,
+		    const struct plb_front *bound, struct plb_drain_ctx *c)
+{
+	struct plb_merge_out *o = c->out;
+	const uint8_t *data = s->pr.data;
+	const uint64_t mask = s->pr.mask, size = s->pr.size, head = s->pr.head;
+	const uint32_t raw_off = m->raw_off, max = c->max;
+	const int kernel_ts = m->cfg.ts_mode == PLB_TS_KERNEL;
+	const uint32_t ts_at = kernel_ts ? m->time_off
+					 : raw_off + (uint32_t)sizeof(uint32_t) + m->cfg.ts_offset;
+	const uint64_t ts_need = kernel_ts ? 0 : (uint64_t)m->cfg.ts_offset + sizeof(uint64_t);
+	const uint64_t bound_ts = bound->ts, cap = c->cap;
+	const int tie_ok = i < bound->idx; /* equal ts: the lower index first */
+	uint64_t tail, last = m->have_emitted ? m->last_emitted : 0, used = c->used;
+	uint64_t ts = s->head_ts, at = PLB_ALIGN8(used);
+	uint32_t n = c->n, n0 = c->n, len = s->head_len;
+	const uint8_t *payload = s->head_ptr;
+	int ret = 0;
+
+	if (!payload || ts < last || n >= max || at + len > cap || head - s->pr.tail > size)
+		return -1;
+	for (;;) {
+		uint64_t off;
+		struct perf_event_header h;
+		uint32_t raw_size;
+		const uint8_t *rec;
+
+		/* Emit the record parsed last (the head, first). */
+		if (len)
+			copy_payload(o->buf + at, payload, len);
+		o->ring[n] = i;
+		o->ts[n] = ts;
+		o->flags[n] = 0;
+		o->start[n] = (uint32_t)at;
+		o->len[n] = len;
+		n++;
+		used = at + len;
+		last = ts;
+		tail = s->head_next;
+
+		/* Parse the next one; stop at anything but the plain case. */
+		off = tail & mask;
+		if (tail == head || off + sizeof(h) > size)
+			break;
+		rec = data + off;
+		memcpy(&h, rec, sizeof(h));
+		if (h.type != PERF_RECORD_SAMPLE || h.size < sizeof(h) || (h.size & 7) ||
+		    h.size > head - tail || off + h.size > size ||
+		    (uint64_t)raw_off + sizeof(raw_size) > h.size)
+			break;
+		memcpy(&raw_size, rec + raw_off, sizeof(raw_size));
+		if ((uint64_t)raw_off + sizeof(raw_size) + raw_size > h.size || ts_need > raw_size)
+			break;
+		memcpy(&ts, rec + ts_at, sizeof(ts));
+		payload = rec + raw_off + sizeof(raw_size);
+		len = raw_size;
+		s->head_next = tail + h.size;
+		at = PLB_ALIGN8(used);
+		if (ts < last || ts > bound_ts || (ts == bound_ts && !tie_ok) ||
+		    n >= max || at + len > cap) {
+			ret = 1; /* a well-formed head that the general path handles */
+			break;
+		}
+	}
+	/* What emit_head() and take_head() record, once for the run. */
+	s->pr.tail = tail;
+	s->prev_ts = s->max_ts = last; /* every ts taken was >= all before it */
+	s->have_prev = 1;
+	m->last_emitted = last;
+	m->have_emitted = 1;
+	m->st.emitted += n - n0;
+	c->n = n;
+	c->used = used;
+	if (ret) {
+		s->head_at = tail + (uint64_t)(payload - (data + (tail & mask)));
+		s->head_ptr = payload;
+		s->head_len = len;
+		note_head(m, s, ts);
+	}
+	return ret;
+}
+
 static void commit_all(struct plb_merge *m)
 {
 	uint32_t i;
@@ -448,21 +656,6 @@ static void commit_all(struct plb_merge *m)
 			plb_rb_commit(&s->rb, s->rb_pos); /* release-store consumer_pos */
 			s->rb_committed = s->rb_pos;
 		}
-	}
-}
-
-/* The smallest (frontier, index) over the empty sources: every record they
- * publish later has a key (ts, index) at or above their pair. */
-struct plb_front {
-	uint64_t ts;
-	uint32_t idx;
-};
-
-static void front_min(struct plb_front *f, uint64_t ts, uint32_t idx)
-{
-	if (ts < f->ts || (ts == f->ts && idx < f->idx)) {
-		f->ts = ts;
-		f->idx = idx;
 	}
 }
 
@@ -535,44 +728,67 @@ int plb_merge_drain(struct plb_merge *m, struct plb_merge_out *out,
 					front_min(&front, empty_frontier(m, s, clk), i);
 				}
 			}
-			update_pressure(m, s);
 		}
 		while (!stop && m->nheap) {
 			uint32_t i = m->heap[0];
 			struct plb_msrc *s = &m->src[i];
+			struct plb_front bound = { UINT64_MAX, UINT32_MAX };
 			int forced = 0, r;
 
 			/* The top's key (ts, i) must be below every empty
 			 * source's (frontier, index): ties go to the lower index,
 			 * so an empty source with a lower index and frontier ==
 			 * ts may still publish something that comes first. */
-			if (!all && (front.ts < s->head_ts ||
-				     (front.ts == s->head_ts && front.idx < i))) {
-				/* Some empty source may still publish something
-				 * that sorts first. Wait -- unless a ring is filling
-				 * up. */
-				if (!m->npressured)
-					break;
-				forced = 1;
+			if (!all) {
+				if (!key_below(s->head_ts, i, &front)) {
+					/* Some empty source may still publish
+					 * something that sorts first. Wait -- unless
+					 * a ring is filling up. */
+					if (!any_pressured(m))
+						break;
+					forced = 1;
+				} else {
+					bound = front;
+				}
 			}
-			if (emit_head(m, i, forced, &c) < 0)
-				break;
-			/* Next head of the same ring, from the head loaded in this
-			 * pass (for a ring buffer: loaded again now). */
-			r = fill_head(m, i, &c);
+			/* A run: while the top's ring's next head still sorts
+			 * below every other waiting head (and, unless forced, the
+			 * frontier), it is the next top: emit it without touching
+			 * the heap. A forced emission takes one record, then the
+			 * rule is asked again. */
+			if (m->nheap > 1) {
+				uint32_t j = m->heap[1];
+
+				if (m->nheap > 2 && head_less(m, m->heap[2], j))
+					j = m->heap[2];
+				front_min(&bound, m->src[j].head_ts, j);
+			}
+			do {
+				if (s->kind == PLB_SRC_PERF && !forced &&
+				    (r = perf_run(m, s, i, &bound, &c)) >= 0) {
+					if (r == 0)
+						r = fill_head(m, i, &c);
+					continue; /* to the loop's test */
+				}
+				if (emit_head(m, i, forced, &c) < 0)
+					goto out_of_room; /* the top is unchanged */
+				/* Next head of the same ring, from the head
+				 * loaded in this pass (a ring buffer: loaded
+				 * again now). */
+				r = fill_head(m, i, &c);
+			} while (r > 0 && !forced && key_below(s->head_ts, i, &bound));
 			if (r > 0) {
 				heap_sift_down(m, 0);
 			} else {
 				heap_pop(m);
 				s->in_heap = 0;
-				if (r < 0) {
+				if (r < 0)
 					stop = 1;
-				} else {
+				else
 					front_min(&front, empty_frontier(m, s, clk), i);
-				}
 			}
-			update_pressure(m, s);
 		}
+out_of_room:
 		if (c.full || stop)
 			break;
 		if (c.n != n_before) {

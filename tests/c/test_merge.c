@@ -880,6 +880,71 @@ static void test_wrap_every_offset(void)
 	CHECK(wrapped_ts > 0);
 }
 
+/* Runs: the drain emits a ring's records without heap operations while its
+ * next head still sorts first (plb_merge.c, perf_run). Every way a run can
+ * end -- a tie with a higher-indexed ring, the other ring's head, a record
+ * below the last emitted (late), a record wrapping the end of the ring, the
+ * output's record or byte limit -- must give what the heap alone would:
+ * the same entries, flags and counters, for every start position of ring 0
+ * (so the wrap falls on every record) and every output limit. */
+static void test_runs(void)
+{
+	static const uint64_t ts0[] = { 1, 2, 3, 4, 5, 5, 6, 3, 7, 8 };
+	static const uint64_t ts1[] = { 5, 5, 6, 9 };
+	static const uint32_t want_ring[] = { 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 0, 0, 1 };
+	static const uint64_t want_ts[] = { 1, 2, 3, 4, 5, 5, 5, 5, 6, 3, 6, 7, 8, 9 };
+	static const uint32_t want_seq[] = { 0, 1, 2, 3, 4, 5, 0, 1, 6, 7, 2, 8, 9, 3 };
+	const int total = 14;
+	uint64_t start;
+	uint32_t max, buf_records;
+
+	for (start = 0; start < 1024; start += 8) {
+		for (max = 1; max <= 15; max += 2) {
+			for (buf_records = 1; buf_records <= 16; buf_records += 5) {
+				struct fake_ring r[2];
+				struct fclock clk = { 1000000 };
+				struct plb_merge_config cfg = cfg_offset(&clk, 0);
+				struct plb_merge *m;
+				struct plb_merge_stats st;
+				/* each payload is 20 bytes, 24 with alignment */
+				struct col *c = col_new(24 * buf_records - 4);
+				uint32_t k;
+				int got = 0, calls = 0;
+
+				fr_init(&r[0], 1024, start);
+				fr_init(&r[1], 1024, 0);
+				m = merge_perf(&cfg, r, 2);
+				for (k = 0; k < sizeof(ts0) / sizeof(ts0[0]); k++)
+					CHECK(put_ev(&r[0], ts0[k], k, 0));
+				for (k = 0; k < sizeof(ts1) / sizeof(ts1[0]); k++)
+					CHECK(put_ev(&r[1], ts1[k], k, 1));
+				while (got < total) {
+					int n = drain(m, c, max, 0), i;
+
+					CHECK(n > 0 && ++calls <= total);
+					for (i = 0; i < n; i++, got++) {
+						CHECK(got < total);
+						expect(c, i, want_ring[got], want_ts[got],
+						       got == 9 ? PLB_MERGE_F_LATE : 0);
+						CHECK(col_seq(c, i, 0) == want_seq[got]);
+					}
+				}
+				CHECK(drain(m, c, max, 0) == 0);
+				plb_merge_stats(m, &st, NULL, 0);
+				CHECK(st.emitted == (uint64_t)total && st.late_events == 1 &&
+				      st.max_lateness_ns == 3 && st.inversions == 1 &&
+				      st.malformed == 0 && st.forced_flushes == 0);
+				CHECK(r[0].page->data_tail == r[0].head &&
+				      r[1].page->data_tail == r[1].head);
+				plb_merge_free(m);
+				fr_free(&r[0]);
+				fr_free(&r[1]);
+				col_free(c);
+			}
+		}
+	}
+}
+
 static void test_output_limits(void)
 {
 	struct fake_ring r[2];
@@ -1412,6 +1477,7 @@ int main(void)
 	test_malformed();
 	test_pressure();
 	test_wrap_every_offset();
+	test_runs();
 	test_output_limits();
 	test_ringbuf();
 	test_default_clock();
