@@ -14,6 +14,7 @@ the C merge core (``csrc/plb_merge.c``; the rule is in the README).
 from __future__ import annotations
 
 import abc
+import array
 import errno
 import math
 import mmap
@@ -38,6 +39,7 @@ from ._reader import (
     Waiter,
     _u32_array,
     _u64_array,
+    any_nonzero,
     check_callable,
     current_pid,
     remaining_ms,
@@ -229,8 +231,9 @@ class OrderedBatch(Batch):
 
     Beside ``len(batch)``, ``batch[i]``, iteration, ``tags`` (the CPU, or the
     ring buffer's index) and ``to_numpy()``: ``timestamps[i]`` is record
-    ``i``'s merge key (ns) and ``late[i]`` is True when it is below a timestamp
-    delivered earlier. ``lost_notices`` lists the lost-samples notices the
+    ``i``'s merge key (ns; ``timestamps`` is an ``array.array('Q')``: a
+    sequence of ints without a Python object per record) and ``late[i]`` is
+    True when it is below a timestamp delivered earlier. ``lost_notices`` lists the lost-samples notices the
     merge met while producing this batch, as ``(cpu, count)`` pairs (they are
     not records of the batch; ``lost`` is all zeros). The records are copies
     in one ``bytes`` object, valid for as long as the batch or a view of it
@@ -239,19 +242,23 @@ class OrderedBatch(Batch):
 
     __slots__ = ("late", "lost_notices", "timestamps")
 
-    timestamps: list[int]
+    timestamps: Sequence[int]
     late: list[bool]
     lost_notices: list[tuple[int, int]]
 
     @classmethod
     def empty(cls) -> OrderedBatch:
         batch = super().empty()
-        batch.timestamps, batch.late, batch.lost_notices = [], [], []
+        batch.timestamps, batch.late, batch.lost_notices = array.array("Q"), [], []
         return batch
 
     @classmethod
     def _from_merge(cls, out: CData, n: int, tag_of: list[int] | None) -> OrderedBatch:
-        """The first ``n`` entries of a ``plb_merge_out``, copied: one bytes object and six lists."""
+        """The first ``n`` entries of a ``plb_merge_out``, copied: one bytes object and a few arrays.
+
+        No Python object per record unless a record is flagged: the arrays are
+        memcpy'd, and the flags are tested as bytes.
+        """
         batch = cls.__new__(cls)
         used = int(out.used)
         batch.blob = bytes(ffi.buffer(out.buf, used)) if used else b""
@@ -259,19 +266,20 @@ class OrderedBatch(Batch):
         batch.starts = _u32_array(out.start, n)
         batch.lens = _u32_array(out.len, n)
         rings = _u32_array(out.ring, n)
-        batch.tags = rings.tolist() if tag_of is None else [tag_of[r] for r in rings]
+        batch.tags = rings.tolist() if tag_of is None else [tag_of[r] for r in rings]  # small ints: no allocation
         ts = _u64_array(out.ts, n)
-        flags = _u32_array(out.flags, n)
-        if any(flags):
+        flag_bytes = bytes(ffi.buffer(out.flags, 4 * n))
+        if flag_bytes.count(0) != len(flag_bytes):
+            flags = _u32_array(out.flags, n)
             late_bit, lost_bit = lib.PLB_MERGE_F_LATE, lib.PLB_MERGE_F_LOST
             batch.late = [bool(f & late_bit) for f in flags]
             # A lost-samples entry carries its count where a sample has its timestamp.
             batch.lost = [t if f & lost_bit else 0 for f, t in zip(flags, ts)]
-            batch.timestamps = [0 if f & lost_bit else t for f, t in zip(flags, ts)]
+            batch.timestamps = array.array("Q", [0 if f & lost_bit else t for f, t in zip(flags, ts)])
         else:
             batch.late = [False] * n
             batch.lost = _ZEROS_U64 * n
-            batch.timestamps = ts.tolist()
+            batch.timestamps = ts
         batch.lost_notices = []
         batch.next = 0
         return batch
@@ -284,11 +292,11 @@ class OrderedBatch(Batch):
         return self
 
     def take_lost(self) -> list[tuple[int, int]]:
-        if not any(self.lost):
+        if not any_nonzero(self.lost):
             return []
         self.rest()
         keep = [i for i, n in enumerate(self.lost) if not n]
-        self.timestamps = [self.timestamps[i] for i in keep]
+        self.timestamps = array.array("Q", [self.timestamps[i] for i in keep])
         self.late = [self.late[i] for i in keep]
         return super().take_lost()
 
