@@ -6,22 +6,30 @@ perf event array and the same ring size (PAGES pages per CPU), read by:
 
 - ``c-perfbuf``: C, libbpf's ``perf_buffer__consume`` with a C callback per
   event (benchmarks/build/bench_c, the suite's C consumer, run here with
-  ``perf_wakeup=1``: a wakeup per sample, as the two readers below): the
+  ``perf_wakeup=1``: a wakeup per sample, as the readers below): the
   unordered ceiling;
+- ``c-perfmerge``: C, the ordered merge's core (csrc/plb_merge.c) over the
+  same rings, driven from C (bench_c ``perfmerge``: OrderedReader's window
+  and drain sizes, the same check per event): ordered vs unordered with no
+  Python on either side;
 - ``pylibbpf-perfbuf-batch``: ``PerfBuffer.read_batch()`` (unordered);
 - ``pylibbpf-ordered-batch``: ``OrderedReader(map, timestamp=8).read_batch()``
   (merged across CPUs by the event's timestamp).
 
 Every consumer checks every event's sequence number (each CPU's stream must
-arrive complete and in order); the Python rows do it in a Python loop over
-the batch, and the ``-count`` rows only count the batch (the transport alone).
-For the ordered rows, the time spent inside the C merge (``plb_merge_drain``)
-is also measured: "C merge alone" is the merge's own rate, to compare with the
-C consumer's in drain mode.
+arrive complete and in order); the ``-batch`` rows do it in a Python loop
+over the batch, the ``-numpy`` rows on ``batch.to_numpy()`` with numpy, and
+the ``-count`` rows only count the batch (the transport alone). For the
+Python ordered rows, the time spent inside the C merge (``plb_merge_drain``)
+is also measured ("C merge alone").
 
-Modes: ``drain`` fills every CPU's ring first, then times the reading (waiting
-out the merge window before starting the clock: this measures throughput,
-not the window); ``steady`` reads while a forked producer pinned to the last
+Modes: ``drain`` fills every CPU's ring first (one CPU's share after the
+other: each ring's timestamps above the previous ring's, so the merge emits
+long runs from one ring), then times the reading (waiting out the merge
+window before starting the clock: this measures throughput, not the
+window); ``drain-interleaved`` fills them round-robin, one event per trigger
+per CPU, so consecutive timestamps alternate rings (the merge's worst case:
+every record changes ring); ``steady`` reads while a forked producer pinned to the last
 CPU writes chunks, and times until the last event arrives. The consumer is
 pinned to CPU 0. Run as root after ``make build``; the suite's ``build()``
 compiles the producer and bench_c when needed.
@@ -49,6 +57,22 @@ C_WAKEUP = 1                 # bench_c's wakeup_events: a wakeup per sample, as 
 U64 = struct.Struct("<Q")
 STREAM_SHIFT = 48
 WINDOW_MS = 5.0              # OrderedReader's default window
+INTERLEAVE = {"drain": 0, "drain-interleaved": 1}   # events per trigger per CPU in a round-robin fill
+
+
+def check_numpy(batch: Any, event: Any, expect: dict[int, int]) -> int:
+    """check_walk's test on ``batch.to_numpy(event)``, vectorised per stream."""
+    import numpy as np
+
+    seq = batch.to_numpy(event)["seq"]
+    streams = seq >> STREAM_SHIFT
+    bad = 0
+    for stream in np.unique(streams).tolist():
+        mine = seq[streams == stream]
+        bad += int(np.count_nonzero(np.diff(mine) != 1))
+        bad += int(mine[0]) != expect.get(stream, stream << STREAM_SHIFT)
+        expect[stream] = int(mine[-1]) + 1
+    return bad
 
 
 def check_walk(batch: Any, expect: dict[int, int]) -> int:
@@ -119,8 +143,11 @@ def run_python(name: str, mode: str, size: int, events: int, min_time: float) ->
     came for 2 s (after the producer finished, in steady mode).
     """
     from pylibbpf import BPFObject
+    from pylibbpf.events import defevent
 
     walk = not name.endswith("-count")
+    event = defevent("Ev", ("seq", "u64"), ("ts", "u64"), ("payload", "u8", size - 16))
+    event.numpy_dtype()   # warm up: numpy is imported on first use
     with BPFObject.open(str(PRODUCER_OBJ)) as obj:
         obj.load()
         trigger = Trigger(obj.programs["produce_perf"].fd, size, per_cpu=True)
@@ -137,15 +164,17 @@ def run_python(name: str, mode: str, size: int, events: int, min_time: float) ->
                 batch = read_batch(0.1)
                 if len(batch):
                     received += len(batch)
-                    if walk:
+                    if name.endswith("-numpy"):
+                        bad += check_numpy(batch, event, expect)
+                    elif walk:
                         bad += check_walk(batch, expect)
                     t_last = time.perf_counter()   # after the work on the batch
             return t_last
 
         try:
-            if mode == "drain":
+            if mode in INTERLEAVE:
                 while True:
-                    produced += trigger.fill(events)
+                    produced += trigger.fill(events, INTERLEAVE[mode])
                     time.sleep(2 * WINDOW_MS / 1000)   # every event is older than the window
                     t0, c0 = time.perf_counter(), time.process_time()
                     t_last = take(t0)
@@ -173,9 +202,10 @@ def run_python(name: str, mode: str, size: int, events: int, min_time: float) ->
             "seq_errors": bad, **figures}
 
 
-def run_c(mode: str, size: int, events: int, min_time: float) -> dict[str, Any]:
-    cmd = [str(BENCH_C), str(PRODUCER_OBJ), "perfbuf", mode, str(size), str(events),
-           f"min_time_ms={int(min_time * 1000)}", f"perf_pages={PAGES}", f"perf_wakeup={C_WAKEUP}", "chunk=4096"]
+def run_c(kind: str, mode: str, size: int, events: int, min_time: float) -> dict[str, Any]:
+    cmd = [str(BENCH_C), str(PRODUCER_OBJ), kind, "drain" if mode in INTERLEAVE else mode, str(size), str(events),
+           f"min_time_ms={int(min_time * 1000)}", f"perf_pages={PAGES}", f"perf_wakeup={C_WAKEUP}", "chunk=4096",
+           f"interleave={INTERLEAVE.get(mode, 0)}"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     lines = done.stdout.strip().splitlines()
     if done.returncode or not lines:
@@ -192,8 +222,8 @@ def one(spec: dict[str, Any]) -> None:
 
 
 def measure(name: str, mode: str, size: int, events: int, min_time: float) -> dict[str, Any]:
-    if name == "c-perfbuf":
-        return run_c(mode, size, events, min_time)
+    if name.startswith("c-"):
+        return run_c(name[2:], mode, size, events, min_time)
     spec = {"consumer": name, "mode": mode, "size": size, "events": events, "min_time": min_time}
     done = subprocess.run([sys.executable, "-m", "benchmarks.ordered", "--one", json.dumps(spec)],
                           capture_output=True, text=True, timeout=300)
@@ -204,8 +234,8 @@ def measure(name: str, mode: str, size: int, events: int, min_time: float) -> di
     return result
 
 
-CONSUMERS = ["c-perfbuf", "pylibbpf-perfbuf-batch", "pylibbpf-ordered-batch", "pylibbpf-perfbuf-batch-count",
-             "pylibbpf-ordered-batch-count"]
+CONSUMERS = ["c-perfbuf", "c-perfmerge", "pylibbpf-perfbuf-batch", "pylibbpf-ordered-batch", "pylibbpf-perfbuf-numpy",
+             "pylibbpf-ordered-numpy", "pylibbpf-perfbuf-batch-count", "pylibbpf-ordered-batch-count"]
 
 
 def main() -> None:
@@ -222,13 +252,15 @@ def main() -> None:
     ncpu = len(online_cpus())
     runs = args.runs or (1 if args.quick else 3)
     sizes = (32,) if args.quick else (32, 256)
-    modes = ("drain", "steady")
+    modes = ("drain", "drain-interleaved", "steady")
     rows: list[dict[str, Any]] = []
     for mode in modes:
         for size in sizes:
             record = 8 + 4 + size + (-(12 + size)) % 8    # the perf record around a raw sample
             per_cpu = min(100_000 if args.quick else 200_000, (PAGES * 4096) // record)
-            events = per_cpu * ncpu if mode == "drain" else (100_000 if args.quick else 400_000)
+            if mode == "drain-interleaved":   # a trigger per event and CPU: keep the fill short
+                per_cpu = 50_000
+            events = per_cpu * ncpu if mode in INTERLEAVE else (100_000 if args.quick else 400_000)
             for name in CONSUMERS:
                 results = [measure(name, mode, size, events, 0.2 if args.quick else 0.5) for _ in range(runs)]
                 good = [r for r in results if "error" not in r]
@@ -248,7 +280,7 @@ def main() -> None:
                 rows.append(row)
                 merge = (f"  (C merge alone: {row['merge_c_events_per_s'] / 1e6:.1f} M ev/s)"
                          if row.get("merge_c_events_per_s") else "")
-                print(f"{mode:6} {size:5} B  {name:30} "
+                print(f"{mode:17} {size:4} B  {name:30} "
                       + (f"{row['events_per_s'] / 1e6:8.3f} M ev/s  {row['cpu_us_per_event']:6.3f} us/ev  "
                          f"missing {row['missing']}{merge}" if good else f"error: {row['error']}"),
                       flush=True)
@@ -256,19 +288,22 @@ def main() -> None:
     for mode in modes:
         for size in sizes:
             by = {r["consumer"]: r.get("events_per_s") for r in rows if r["mode"] == mode and r["event_size"] == size}
-            c, ordered = by.get("c-perfbuf"), by.get("pylibbpf-ordered-batch")
-            unordered = by.get("pylibbpf-perfbuf-batch")
-            # the C merge's own rate compares with the C consumer's when both only read (drain)
-            merge = next((r.get("merge_c_events_per_s") for r in rows if r["mode"] == mode == "drain"
-                          and r["event_size"] == size and r["consumer"] == "pylibbpf-ordered-batch-count"), None)
+            c = by.get("c-perfbuf")
+
+            def ratio(a: str, b: str, by: dict[str, Any] = by) -> float | None:
+                return by[a] / by[b] if by.get(a) and by.get(b) else None
+
             ratios.append({"mode": mode, "event_size": size,
-                           "ordered_to_c": ordered / c if c and ordered else None,
-                           "c_merge_to_c": merge / c if c and merge else None,
-                           "ordered_to_unordered_python": ordered / unordered if unordered and ordered else None})
+                           "c_merge_to_c": ratio("c-perfmerge", "c-perfbuf"),
+                           "ordered_to_c": ratio("pylibbpf-ordered-batch", "c-perfbuf"),
+                           "ordered_numpy_to_c": ratio("pylibbpf-ordered-numpy", "c-perfbuf"),
+                           "ordered_to_unordered_python": ratio("pylibbpf-ordered-batch", "pylibbpf-perfbuf-batch"),
+                           "c_events_per_s": c})
     print("\nordered / unordered (target: ordered >= 50% of the unordered C consumer)")
     for r in ratios:
-        print(f"  {r['mode']:6} {r['event_size']:5} B", end="")
-        for key, label in (("ordered_to_c", "ordered-batch/C"), ("c_merge_to_c", "C merge alone/C"),
+        print(f"  {r['mode']:17} {r['event_size']:4} B", end="")
+        for key, label in (("c_merge_to_c", "C merge/C"), ("ordered_to_c", "ordered-batch/C"),
+                           ("ordered_numpy_to_c", "ordered-numpy/C"),
                            ("ordered_to_unordered_python", "ordered-batch/PerfBuffer-batch")):
             print(f"   {label} {r[key]:.2f}" if r[key] is not None else f"   {label} n/a", end="")
         print()

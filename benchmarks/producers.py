@@ -25,6 +25,7 @@ LIBBPF = ROOT / "vendor" / "libbpf" / "build" / "install"
 PRODUCER_OBJ = BUILD / "producer.bpf.o"
 BENCH_C = BUILD / "bench_c"
 
+MERGE_SOURCES = ("plb_merge", "plb_perfring", "plb_ringbuf")
 PRODUCE_ARGS = struct.Struct("<4Q")   # count, first_seq, size, flags (struct produce_args)
 BATCH_WAKEUP = 1                      # PRODUCE_BATCH_WAKEUP: one ring-buffer wakeup per trigger
 STREAM_SHIFT = 48
@@ -40,9 +41,12 @@ def build() -> None:
     build_bpf.build(HERE / "bpf", BUILD)
     src = HERE / "c" / "bench_c.c"
     lib = LIBBPF / "lib" / "libbpf.a"
-    if not BENCH_C.exists() or BENCH_C.stat().st_mtime < max(src.stat().st_mtime, lib.stat().st_mtime):
-        subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", f"-I{LIBBPF / 'include'}", str(src), str(lib),
-                        "-lelf", "-lz", "-o", str(BENCH_C)], check=True)
+    csrc = ROOT / "csrc"
+    shim = [csrc / f"{name}.c" for name in MERGE_SOURCES]   # perfmerge: the ordered merge's C core
+    inputs = [src, lib, *shim, *csrc.glob("*.h")]
+    if not BENCH_C.exists() or BENCH_C.stat().st_mtime < max(p.stat().st_mtime for p in inputs):
+        subprocess.run(["gcc", "-O2", "-flto=auto", "-Wall", "-Wextra", f"-I{LIBBPF / 'include'}", f"-I{csrc}",
+                        str(src), *map(str, shim), str(lib), "-lelf", "-lz", "-o", str(BENCH_C)], check=True)
 
 
 def pin(cpu: int) -> None:
@@ -84,17 +88,24 @@ class Trigger:
         self.next[cpu] += got
         return got
 
-    def fill(self, total: int) -> int:
-        """Emit ``total`` events split over the streams, until done or a ring is full; returns how many."""
+    def fill(self, total: int, interleave: int = 0) -> int:
+        """Emit ``total`` events split over the streams, until done or a ring is full; returns how many.
+
+        ``interleave=K``: round-robin over the CPUs, K events per trigger, so
+        the rings' timestamps interleave; 0: one CPU's share after the other.
+        """
+        share = total // len(self.cpus)
+        step = min(interleave or share, self.max_chunk)
         done = 0
-        for cpu in self.cpus:
-            share = total // len(self.cpus)
-            while share:
-                got = self(min(share, self.max_chunk), cpu)
+        left = dict.fromkeys(self.cpus, share)
+        while any(left.values()):
+            for cpu in self.cpus:
+                want = min(left[cpu], step)
+                if not want:
+                    continue
+                got = self(want, cpu)
                 done += got
-                if got < min(share, self.max_chunk):
-                    break
-                share -= got
+                left[cpu] = 0 if got < want else left[cpu] - got   # a full ring ends that stream's fill
         return done
 
     def produce(self, total: int, *, chunk: int, rate: float = 0.0) -> None:

@@ -1,9 +1,20 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* bench_c - the C ceiling: the same producer object, consumed with the pinned
- * libbpf's ring_buffer__consume / perf_buffer__consume, in one process.
+ * libbpf's ring_buffer__consume / perf_buffer__consume, in one process; and
+ * the ordered merge's C core (csrc/plb_merge.c) over the same perf rings.
  *
- * usage: bench_c OBJ ringbuf|perfbuf drain|steady|latency SIZE EVENTS
+ * usage: bench_c OBJ ringbuf|perfbuf|perfmerge drain|steady|latency SIZE EVENTS
  *                [min_time_ms=300] [perf_pages=4096] [perf_wakeup=4096] [rate=10000] [chunk=4096]
+ *                [interleave=0]
+ *
+ * perfmerge: the rings perfbuf opens, read through plb_merge (perf_buffer__buffer,
+ *          never perf_buffer__consume) ordered by the event's u64 at offset 8,
+ *          with OrderedReader's defaults (5 ms window, 16384 entries and 2 MiB
+ *          per drain); each delivered event gets the same check as perfbuf's.
+ * interleave=K (drain, perf): fill the CPUs' rings round-robin, K events per
+ *          trigger, so timestamps interleave across rings; 0 fills one CPU's
+ *          share after the other (each ring's timestamps above the previous
+ *          ring's: the merge emits long runs from one ring).
  *
  * drain:   fill the ring(s) with EVENTS events, then time the consume; repeat
  *          until min_time_ms of consuming has accumulated.
@@ -30,6 +41,9 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <sys/epoll.h>
+
+#include "plb_merge.h"
 
 #define MAX_STREAMS 64
 #define PRODUCE_BATCH_WAKEUP 1
@@ -119,8 +133,62 @@ static enum bpf_perf_event_ret perf_raw_cb(void *ctx, int cpu, struct perf_event
 	return LIBBPF_PERF_EVENT_CONT;
 }
 
+/* perfmerge: the merge over the perf buffer's rings and its output (as OrderedReader allocates it). */
+#define MERGE_MAX 16384
+#define MERGE_BUF (1u << 21)
+#define MERGE_WINDOW_NS 5000000ull
+static struct plb_merge *merge;
+static struct plb_merge_out mout;
+
+static int merge_open(struct perf_buffer *pb)
+{
+	size_t n = perf_buffer__buffer_cnt(pb);
+	struct plb_merge_source *srcs = calloc(n, sizeof(*srcs));
+	struct plb_merge_config cfg = {
+		.ts_mode = PLB_TS_OFFSET, .ts_offset = offsetof(struct event_head, ts),
+		.sample_type = PERF_SAMPLE_RAW, .window_ns = MERGE_WINDOW_NS,
+	};
+
+	for (size_t i = 0; i < n; i++) {
+		void *base;
+		size_t sz;
+
+		if (perf_buffer__buffer(pb, (int)i, &base, &sz) || plb_merge_source_perf(&srcs[i], base, sz))
+			return -1;
+	}
+	merge = plb_merge_new(&cfg, srcs, (uint32_t)n);
+	free(srcs);
+	mout.buf = malloc(MERGE_BUF);
+	mout.buf_size = MERGE_BUF;
+	mout.ring = malloc(MERGE_MAX * sizeof(*mout.ring));
+	mout.ts = malloc(MERGE_MAX * sizeof(*mout.ts));
+	mout.flags = malloc(MERGE_MAX * sizeof(*mout.flags));
+	mout.start = malloc(MERGE_MAX * sizeof(*mout.start));
+	mout.len = malloc(MERGE_MAX * sizeof(*mout.len));
+	return merge && mout.buf && mout.ring && mout.ts && mout.flags && mout.start && mout.len ? 0 : -1;
+}
+
+/* Drain everything the rule lets out now; returns the entries delivered or a negative error. */
+static int merge_consume(void)
+{
+	int total = 0;
+
+	for (;;) {
+		int n = plb_merge_drain(merge, &mout, MERGE_MAX, 0);
+
+		if (n < 0)
+			return n;
+		for (int i = 0; i < n; i++)
+			if (!(mout.flags[i] & PLB_MERGE_F_LOST))
+				on_event(mout.buf + mout.start[i]);
+		total += n;
+		if (mout.deadline_ns != 0)   /* 0: the output filled up, call again */
+			return total;
+	}
+}
+
 static struct bpf_object *obj;
-static int prog_fd, is_perf, ncpu;
+static int prog_fd, is_perf, is_merge, ncpu;
 static uint64_t size;
 
 /* One trigger; returns the number of events emitted (fewer when the ring was full). */
@@ -201,7 +269,7 @@ int main(int argc, char **argv)
 {
 	struct ring_buffer *rb = NULL;
 	struct perf_buffer *pb = NULL;
-	uint64_t events, produced = 0, rounds = 0, fail0, min_time_ns, t_last = 0;
+	uint64_t events, produced = 0, rounds = 0, fail0, min_time_ns, t_last = 0, interleave;
 	double wall = 0, cpu = 0, producer_s = -1;
 	uint64_t producer_end = 0;
 	const char *mode;
@@ -212,13 +280,15 @@ int main(int argc, char **argv)
 			argv[0]);
 		return 2;
 	}
-	is_perf = !strcmp(argv[2], "perfbuf");
+	is_merge = !strcmp(argv[2], "perfmerge");
+	is_perf = is_merge || !strcmp(argv[2], "perfbuf");
 	mode = argv[3];
 	latency = !strcmp(mode, "latency");
 	drain = !strcmp(mode, "drain");
 	size = strtoull(argv[4], NULL, 0);
 	events = strtoull(argv[5], NULL, 0);
 	min_time_ns = strtoull(arg(argc, argv, "min_time_ms", "300"), NULL, 0) * 1000000ull;
+	interleave = strtoull(arg(argc, argv, "interleave", "0"), NULL, 0);
 	ncpu = libbpf_num_possible_cpus();
 	if (ncpu > (int)sysconf(_SC_NPROCESSORS_ONLN))
 		ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -249,6 +319,10 @@ int main(int argc, char **argv)
 			fprintf(stderr, "perf_buffer__new: %s\n", strerror(errno));
 			return 1;
 		}
+		if (is_merge && (latency || merge_open(pb))) {
+			fprintf(stderr, "perfmerge: %s\n", latency ? "no latency mode" : strerror(errno));
+			return 1;
+		}
 	} else {
 		rb = ring_buffer__new(bpf_object__find_map_fd_by_name(obj, "rb"), ring_cb, NULL, NULL);
 		if (!rb) {
@@ -264,22 +338,37 @@ int main(int argc, char **argv)
 	pin(0);
 
 	if (drain) {
+		uint64_t started = now_ns();   /* slow fills (interleave=1) end the rounds after 20 s */
+
 		do {
 			uint64_t t0, before = st.received;
 			double c0;
 
-			/* fill: each CPU's ring gets its share (perf), or the one ring gets all */
-			for (int c = 0; c < (is_perf ? ncpu : 1); c++) {
-				uint64_t share = events / (is_perf ? ncpu : 1);
-				long got = trigger(share, ((uint64_t)c << 48) | stream_next[c], PRODUCE_BATCH_WAKEUP, c);
+			/* fill: each CPU's ring gets its share (perf), or the one ring gets all;
+			 * interleave=K: round-robin over the CPUs, K events per trigger */
+			uint64_t share = events / (is_perf ? ncpu : 1), step = interleave ? interleave : share;
 
-				stream_next[c] += got;
-				produced += got;
+			for (uint64_t done = 0; done < share; done += step) {
+				uint64_t count = share - done < step ? share - done : step;
+
+				for (int c = 0; c < (is_perf ? ncpu : 1); c++) {
+					long got = trigger(count, ((uint64_t)c << 48) | stream_next[c],
+							   PRODUCE_BATCH_WAKEUP, c);
+
+					stream_next[c] += got;
+					produced += got;
+				}
+			}
+			if (is_merge) {   /* every event older than the window: time throughput, not the window */
+				struct timespec pause = { 0, 2 * MERGE_WINDOW_NS };
+
+				nanosleep(&pause, NULL);
 			}
 			t0 = now_ns();
 			c0 = cpu_s();
 			while (st.received < produced) {
-				int n = is_perf ? perf_buffer__consume(pb) : ring_buffer__consume(rb);
+				int n = is_merge ? merge_consume()
+					: is_perf ? perf_buffer__consume(pb) : ring_buffer__consume(rb);
 
 				if (n < 0 || st.received == before)
 					break;
@@ -288,7 +377,7 @@ int main(int argc, char **argv)
 			wall += (now_ns() - t0) / 1e9;
 			cpu += cpu_s() - c0;
 			rounds++;
-		} while (wall * 1e9 < min_time_ns && rounds < 200);
+		} while (wall * 1e9 < min_time_ns && rounds < 200 && now_ns() - started < 20000000000ull);
 	} else {
 		uint64_t rate = strtoull(arg(argc, argv, "rate", "10000"), NULL, 0);
 		uint64_t chunk = strtoull(arg(argc, argv, "chunk", "4096"), NULL, 0);
@@ -321,10 +410,21 @@ int main(int argc, char **argv)
 		produced = events;
 		while (st.received < produced) {
 			uint64_t before = st.received;
-			int n = is_perf ? perf_buffer__poll(pb, 10) : ring_buffer__poll(rb, 10);
+			int n;
 
-			if (n == 0)   /* a timer poll too: wakeups may be batched */
-				n = is_perf ? perf_buffer__consume(pb) : ring_buffer__consume(rb);
+			if (is_merge) {
+				/* wait on libbpf's epoll set without letting it consume, up to the
+				 * merge's deadline (a held-back record wakes no fd) */
+				struct epoll_event ev[64];
+				int ms = plb_merge_poll_timeout_ms(merge);
+
+				n = epoll_wait(perf_buffer__epoll_fd(pb), ev, 64, ms < 0 || ms > 10 ? 10 : ms);
+				n = n < 0 ? -errno : merge_consume();
+			} else {
+				n = is_perf ? perf_buffer__poll(pb, 10) : ring_buffer__poll(rb, 10);
+				if (n == 0)   /* a timer poll too: wakeups may be batched */
+					n = is_perf ? perf_buffer__consume(pb) : ring_buffer__consume(rb);
+			}
 			if (n < 0 && n != -EINTR)
 				break;
 			if (st.received != before) {
@@ -365,6 +465,7 @@ int main(int argc, char **argv)
 	}
 	printf("}\n");
 	ring_buffer__free(rb);
+	plb_merge_free(merge);   /* before the rings it points into */
 	perf_buffer__free(pb);
 	bpf_object__close(obj);
 	return 0;
