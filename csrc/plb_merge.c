@@ -33,10 +33,18 @@ struct plb_msrc {
 	uint64_t max_ts;          /* largest ts taken: the floor of the frontier */
 };
 
+/* Where a PERF_RECORD_SAMPLE of the configured sample_type keeps what the
+ * merge reads, from the start of the record (fixed by the config). */
+struct plb_sample_layout {
+	uint32_t raw_off; /* the u32 raw_size; the raw data follows it */
+	uint64_t ts_at;   /* the u64 timestamp: PERF_SAMPLE_TIME, or ts_offset into
+			     the raw data (64 bits: any u32 offset plus raw_off) */
+	uint64_t ts_need; /* the least raw_size that holds it (0: kernel time) */
+};
+
 struct plb_merge {
 	struct plb_merge_config cfg; /* normalised: clock and permille set */
-	uint32_t raw_off;            /* perf sample: offset of u32 raw_size */
-	uint32_t time_off;           /* perf sample: offset of PERF_SAMPLE_TIME */
+	struct plb_sample_layout lay; /* where a perf sample keeps its fields */
 	uint32_t n;
 	struct plb_msrc *src;
 	uint32_t *heap;              /* source indices, keyed by (head_ts, index) */
@@ -45,6 +53,15 @@ struct plb_merge {
 	uint64_t last_emitted;       /* largest ts emitted so far */
 	uint64_t deadline;
 	struct plb_merge_stats st;
+};
+
+/* A PERF_RECORD_SAMPLE parsed in place (sample_inplace()). */
+struct plb_sample {
+	const uint8_t *payload; /* the raw data, in the ring */
+	uint64_t at;            /* its ring position */
+	uint64_t next;          /* the ring position past the record */
+	uint64_t ts;
+	uint32_t len;           /* raw_size */
 };
 
 /* What one drain is writing into. */
@@ -265,24 +282,19 @@ static void note_head(struct plb_merge *m, struct plb_msrc *s, uint64_t ts)
 static int perf_sample_head(struct plb_merge *m, struct plb_msrc *s,
 			    const struct plb_perf_rec *rec)
 {
+	const struct plb_sample_layout *lay = &m->lay;
 	uint32_t raw_size;
-	uint64_t ts, raw_at;
+	uint64_t ts;
 
-	if ((uint64_t)m->raw_off + sizeof(raw_size) > rec->size)
+	if ((uint64_t)lay->raw_off + sizeof(raw_size) > rec->size)
 		return 0;
-	plb_perfring_read(&s->pr, rec->pos + m->raw_off, &raw_size, sizeof(raw_size));
-	if ((uint64_t)m->raw_off + sizeof(raw_size) + raw_size > rec->size)
+	plb_perfring_read(&s->pr, rec->pos + lay->raw_off, &raw_size, sizeof(raw_size));
+	if ((uint64_t)lay->raw_off + sizeof(raw_size) + raw_size > rec->size ||
+	    lay->ts_need > raw_size)
 		return 0;
-	raw_at = rec->pos + m->raw_off + sizeof(raw_size);
-	if (m->cfg.ts_mode == PLB_TS_KERNEL) {
-		plb_perfring_read(&s->pr, rec->pos + m->time_off, &ts, sizeof(ts));
-	} else {
-		if ((uint64_t)m->cfg.ts_offset + sizeof(ts) > raw_size)
-			return 0;
-		/* Unaligned and possibly wrapping: a wrap-aware memcpy. */
-		plb_perfring_read(&s->pr, raw_at + m->cfg.ts_offset, &ts, sizeof(ts));
-	}
-	s->head_at = raw_at;
+	/* Unaligned and possibly wrapping: a wrap-aware memcpy. */
+	plb_perfring_read(&s->pr, rec->pos + lay->ts_at, &ts, sizeof(ts));
+	s->head_at = rec->pos + lay->raw_off + sizeof(raw_size);
 	s->head_ptr = NULL; /* copied with plb_perfring_read(), which wraps */
 	s->head_len = raw_size;
 	s->head_next = rec->pos + rec->size;
@@ -290,38 +302,53 @@ static int perf_sample_head(struct plb_merge *m, struct plb_msrc *s,
 	return 1;
 }
 
-/* The common case of perf_sample_head(): a PERF_RECORD_SAMPLE that lies
- * whole before the end of the ring, parsed in place with fixed-size loads.
- * rec: the record's bytes (below the acquire-loaded head); size: its size
- * from the header, already checked (>= 8, 8-aligned, within the head).
- * 0 if malformed. */
-static inline __attribute__((always_inline)) int perf_sample_head_inplace(struct plb_merge *m, struct plb_msrc *s,
-					   const uint8_t *rec, uint32_t size)
+/* The plain case, parsed in place with fixed-size loads: the record at ring
+ * position tail is a well-formed PERF_RECORD_SAMPLE lying whole before the end
+ * of the ring (all but one record per lap) and below pr's head. The checks are
+ * plb_perfring_peek_header()'s and perf_sample_head()'s. Plain loads: the
+ * record is below the head acquire-loaded by plb_perfring_refresh().
+ * 1: *smp describes it; 0: anything else (a wrapping, LOST, other or
+ * malformed record), for the general path to handle and count. The hot path
+ * of the merge: inlined into the drain loop and perf_run(). */
+static inline __attribute__((always_inline)) int
+sample_inplace(const struct plb_sample_layout *lay, const struct plb_perfring *pr,
+	       uint64_t tail, struct plb_sample *smp)
 {
+	uint64_t avail = pr->head - tail, off = tail & pr->mask;
+	struct perf_event_header h;
+	const uint8_t *rec;
 	uint32_t raw_size;
-	uint64_t ts;
-	const uint8_t *raw;
 
-	if ((uint64_t)m->raw_off + sizeof(raw_size) > size)
+	if (avail < sizeof(h) || avail > pr->size || off + sizeof(h) > pr->size)
 		return 0;
-	memcpy(&raw_size, rec + m->raw_off, sizeof(raw_size));
-	if ((uint64_t)m->raw_off + sizeof(raw_size) + raw_size > size)
+	rec = pr->data + off;
+	memcpy(&h, rec, sizeof(h));
+	if (h.type != PERF_RECORD_SAMPLE || h.size < sizeof(h) || (h.size & 7) ||
+	    h.size > avail || off + h.size > pr->size ||
+	    (uint64_t)lay->raw_off + sizeof(raw_size) > h.size)
 		return 0;
-	raw = rec + m->raw_off + sizeof(raw_size);
-	if (m->cfg.ts_mode == PLB_TS_KERNEL) {
-		/* TIME comes before RAW: time_off + 8 <= raw_off < size. */
-		memcpy(&ts, rec + m->time_off, sizeof(ts));
-	} else {
-		if ((uint64_t)m->cfg.ts_offset + sizeof(ts) > raw_size)
-			return 0;
-		memcpy(&ts, raw + m->cfg.ts_offset, sizeof(ts)); /* unaligned */
-	}
-	s->head_at = s->pr.tail + (uint64_t)(raw - rec);
-	s->head_ptr = raw;
-	s->head_len = raw_size;
-	s->head_next = s->pr.tail + size;
-	note_head(m, s, ts);
+	memcpy(&raw_size, rec + lay->raw_off, sizeof(raw_size));
+	if ((uint64_t)lay->raw_off + sizeof(raw_size) + raw_size > h.size ||
+	    lay->ts_need > raw_size)
+		return 0;
+	/* Within the record: TIME precedes RAW; an offset fits raw_size. */
+	memcpy(&smp->ts, rec + lay->ts_at, sizeof(smp->ts));
+	smp->payload = rec + lay->raw_off + sizeof(raw_size);
+	smp->at = tail + lay->raw_off + sizeof(raw_size);
+	smp->next = tail + h.size;
+	smp->len = raw_size;
 	return 1;
+}
+
+/* Make a sample parsed in place s's head. */
+static void set_head_inplace(struct plb_merge *m, struct plb_msrc *s,
+			     const struct plb_sample *smp)
+{
+	s->head_at = smp->at;
+	s->head_ptr = smp->payload;
+	s->head_len = smp->len;
+	s->head_next = smp->next;
+	note_head(m, s, smp->ts);
 }
 
 /* Find s's next head, consuming LOST (as output entries) and malformed
@@ -372,38 +399,16 @@ static int fill_head_perf_slow(struct plb_merge *m, struct plb_msrc *s, uint32_t
 	}
 }
 
-/* The common case of fill_head_perf(): the record at the tail is a sample
- * whose whole record is contiguous in the ring (all but one record per lap).
- * Plain loads: the record is below the head acquire-loaded by
- * plb_perfring_refresh(). The checks are plb_perfring_peek_header()'s.
- * 1: head set; 0: not this case (or a malformed sample, skipped): ask the
- * general path. Inlined into the drain loop: this is its hot path. */
-static inline __attribute__((always_inline)) int
-fill_head_perf_inplace(struct plb_merge *m, struct plb_msrc *s)
-{
-	uint64_t avail = s->pr.head - s->pr.tail;
-	uint64_t off = s->pr.tail & s->pr.mask;
-	struct perf_event_header h;
-
-	if (avail < sizeof(h) || avail > s->pr.size || off + sizeof(h) > s->pr.size)
-		return 0;
-	memcpy(&h, s->pr.data + off, sizeof(h));
-	if (h.type != PERF_RECORD_SAMPLE || h.size < sizeof(h) || (h.size & 7) ||
-	    h.size > avail || off + h.size > s->pr.size)
-		return 0;
-	if (perf_sample_head_inplace(m, s, s->pr.data + off, h.size))
-		return 1;
-	m->st.malformed++;
-	s->pr.tail += h.size;
-	return 0;
-}
-
-/* Find s's next head (see fill_head_perf_slow). */
+/* Find s's next head (see fill_head_perf_slow): the plain case in place. */
 static inline __attribute__((always_inline)) int
 fill_head_perf(struct plb_merge *m, struct plb_msrc *s, uint32_t i, struct plb_drain_ctx *c)
 {
-	if (fill_head_perf_inplace(m, s))
+	struct plb_sample smp;
+
+	if (sample_inplace(&m->lay, &s->pr, s->pr.tail, &smp)) {
+		set_head_inplace(m, s, &smp);
 		return 1;
+	}
 	return fill_head_perf_slow(m, s, i, c);
 }
 
@@ -564,63 +569,42 @@ emit_head(struct plb_merge *m, uint32_t i, int forced,
 static int perf_run(struct plb_merge *m, struct plb_msrc *s, uint32_t i,
 		    const struct plb_front *bound, struct plb_drain_ctx *c)
 {
+	/* Local copies: the output stores cannot alias them, so the loop keeps
+	 * them in registers. */
+	const struct plb_sample_layout lay = m->lay;
+	const struct plb_perfring pr = s->pr;
 	struct plb_merge_out *o = c->out;
-	const uint8_t *data = s->pr.data;
-	const uint64_t mask = s->pr.mask, size = s->pr.size, head = s->pr.head;
-	const uint32_t raw_off = m->raw_off, max = c->max;
-	const int kernel_ts = m->cfg.ts_mode == PLB_TS_KERNEL;
-	const uint32_t ts_at = kernel_ts ? m->time_off
-					 : raw_off + (uint32_t)sizeof(uint32_t) + m->cfg.ts_offset;
-	const uint64_t ts_need = kernel_ts ? 0 : (uint64_t)m->cfg.ts_offset + sizeof(uint64_t);
 	const uint64_t bound_ts = bound->ts, cap = c->cap;
+	const uint32_t max = c->max;
 	const int tie_ok = i < bound->idx; /* equal ts: the lower index first */
+	struct plb_sample cur = { s->head_ptr, s->head_at, s->head_next, s->head_ts, s->head_len };
 	uint64_t tail, last = m->have_emitted ? m->last_emitted : 0, used = c->used;
-	uint64_t ts = s->head_ts, at = PLB_ALIGN8(used);
-	uint32_t n = c->n, n0 = c->n, len = s->head_len;
-	const uint8_t *payload = s->head_ptr;
+	uint64_t at = PLB_ALIGN8(used);
+	uint32_t n = c->n, n0 = c->n;
 	int ret = 0;
 
-	if (!payload || ts < last || n >= max || at + len > cap || head - s->pr.tail > size)
+	if (!cur.payload || cur.ts < last || n >= max || at + cur.len > cap)
 		return -1;
 	for (;;) {
-		uint64_t off;
-		struct perf_event_header h;
-		uint32_t raw_size;
-		const uint8_t *rec;
-
 		/* Emit the record parsed last (the head, first). */
-		if (len)
-			copy_payload(o->buf + at, payload, len);
+		if (cur.len)
+			copy_payload(o->buf + at, cur.payload, cur.len);
 		o->ring[n] = i;
-		o->ts[n] = ts;
+		o->ts[n] = cur.ts;
 		o->flags[n] = 0;
 		o->start[n] = (uint32_t)at;
-		o->len[n] = len;
+		o->len[n] = cur.len;
 		n++;
-		used = at + len;
-		last = ts;
-		tail = s->head_next;
+		used = at + cur.len;
+		last = cur.ts;
+		tail = cur.next;
 
 		/* Parse the next one; stop at anything but the plain case. */
-		off = tail & mask;
-		if (tail == head || off + sizeof(h) > size)
+		if (!sample_inplace(&lay, &pr, tail, &cur))
 			break;
-		rec = data + off;
-		memcpy(&h, rec, sizeof(h));
-		if (h.type != PERF_RECORD_SAMPLE || h.size < sizeof(h) || (h.size & 7) ||
-		    h.size > head - tail || off + h.size > size ||
-		    (uint64_t)raw_off + sizeof(raw_size) > h.size)
-			break;
-		memcpy(&raw_size, rec + raw_off, sizeof(raw_size));
-		if ((uint64_t)raw_off + sizeof(raw_size) + raw_size > h.size || ts_need > raw_size)
-			break;
-		memcpy(&ts, rec + ts_at, sizeof(ts));
-		payload = rec + raw_off + sizeof(raw_size);
-		len = raw_size;
-		s->head_next = tail + h.size;
 		at = PLB_ALIGN8(used);
-		if (ts < last || ts > bound_ts || (ts == bound_ts && !tie_ok) ||
-		    n >= max || at + len > cap) {
+		if (cur.ts < last || cur.ts > bound_ts || (cur.ts == bound_ts && !tie_ok) ||
+		    n >= max || at + cur.len > cap) {
 			ret = 1; /* a well-formed head that the general path handles */
 			break;
 		}
@@ -634,12 +618,8 @@ static int perf_run(struct plb_merge *m, struct plb_msrc *s, uint32_t i,
 	m->st.emitted += n - n0;
 	c->n = n;
 	c->used = used;
-	if (ret) {
-		s->head_at = tail + (uint64_t)(payload - (data + (tail & mask)));
-		s->head_ptr = payload;
-		s->head_len = len;
-		note_head(m, s, ts);
-	}
+	if (ret)
+		set_head_inplace(m, s, &cur);
 	return ret;
 }
 
@@ -933,12 +913,18 @@ struct plb_merge *plb_merge_new(const struct plb_merge_config *cfg,
 	m->cfg.pressure_permille = permille;
 	/* PERF_RECORD_SAMPLE: header, then the fixed fields in perf_event.h's
 	 * order (IDENTIFIER, IP, TID, TIME, ...), then u32 raw size. */
-	m->time_off = sizeof(struct perf_event_header) +
-		      8 * (uint32_t)__builtin_popcountll(
-				  st & (PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP |
-					PERF_SAMPLE_TID));
-	m->raw_off = sizeof(struct perf_event_header) +
-		     8 * (uint32_t)__builtin_popcountll(st & PLB_MERGE_SAMPLE_FIXED);
+	m->lay.raw_off = sizeof(struct perf_event_header) +
+			 8 * (uint32_t)__builtin_popcountll(st & PLB_MERGE_SAMPLE_FIXED);
+	if (cfg->ts_mode == PLB_TS_KERNEL) {
+		m->lay.ts_at = sizeof(struct perf_event_header) +
+			       8 * (uint32_t)__builtin_popcountll(
+					   st & (PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP |
+						 PERF_SAMPLE_TID));
+		m->lay.ts_need = 0;
+	} else {
+		m->lay.ts_at = (uint64_t)m->lay.raw_off + sizeof(uint32_t) + cfg->ts_offset;
+		m->lay.ts_need = (uint64_t)cfg->ts_offset + sizeof(uint64_t);
+	}
 	m->n = n;
 	m->deadline = PLB_MERGE_NO_DEADLINE;
 

@@ -268,9 +268,8 @@ class OrderedBatch(Batch):
         rings = _u32_array(out.ring, n)
         batch.tags = rings.tolist() if tag_of is None else [tag_of[r] for r in rings]  # small ints: no allocation
         ts = _u64_array(out.ts, n)
-        flag_bytes = bytes(ffi.buffer(out.flags, 4 * n))
-        if flag_bytes.count(0) != len(flag_bytes):
-            flags = _u32_array(out.flags, n)
+        flags = _u32_array(out.flags, n)
+        if any_nonzero(flags):
             late_bit, lost_bit = lib.PLB_MERGE_F_LATE, lib.PLB_MERGE_F_LOST
             batch.late = [bool(f & late_bit) for f in flags]
             # A lost-samples entry carries its count where a sample has its timestamp.
@@ -832,13 +831,10 @@ class OrderedReader(_RecordReader):
         deadline = _deadline(timeout)
         self._check_open()
         with self._lock:
-            self._check_open()
-            batch = self._pending
+            batch = self._pending_or_collect(deadline)
             if batch is None:
-                batch = self._collect(deadline)
-                if batch is None:
-                    raise TimeoutError(f"OrderedReader: no record within {timeout} s")
-                self._pending = batch
+                raise TimeoutError(f"OrderedReader: no record within {timeout} s")
+            self._pending = batch
             i = batch.next
             start = batch.starts[i]
             rec = Record(batch.tags[i], batch.blob[start:start + batch.lens[i]], batch.lost[i],
@@ -861,10 +857,7 @@ class OrderedReader(_RecordReader):
         deadline = _deadline(timeout)
         self._check_open()
         with self._lock:
-            self._check_open()
-            batch = self._pending
-            if batch is None:
-                batch = self._collect(deadline)
+            batch = self._pending_or_collect(deadline)
             self._pending = None
         if batch is None:
             return OrderedBatch.empty()
@@ -894,6 +887,11 @@ class OrderedReader(_RecordReader):
             dropped_late=int(st.dropped_late), inversions=int(st.inversions), lost_records=int(st.lost_records),
             lost_samples=int(st.lost_samples), malformed=int(st.malformed), forced_flushes=int(st.forced_flushes),
             backlog=dict(zip(self._tags, ffi.unpack(backlog, self._nsrc), strict=True)))
+
+    def _pending_or_collect(self, deadline: float | None) -> OrderedBatch | None:
+        """What a previous ``read`` left, else :meth:`_collect` (lock held; ClosedError once closed)."""
+        self._check_open()
+        return self._pending if self._pending is not None else self._collect(deadline)
 
     def _collect(self, deadline: float | None) -> OrderedBatch | None:
         """Drain until something can be delivered or the deadline passes (lock held); None on timeout.

@@ -8,6 +8,7 @@ hope that the tracer is ready.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -153,27 +155,39 @@ def test_trace_exec_table(bpf_privileged: None) -> None:
     assert [str(pid), str(os.getpid()), str(os.getuid()), "true", "/bin/true"] in [r[1:] for r in rows]
 
 
-def test_trace_exec_pid_filter(bpf_privileged: None) -> None:
-    # The child waits for a line on stdin, so its exec happens while the tracer is attached.
-    child = subprocess.Popen(["sh", "-c", "read line; exec /bin/true"], stdin=subprocess.PIPE)
+@contextlib.contextmanager
+def held_child(script: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A shell that runs ``script`` once :func:`release` sends it a line (so that it acts
+    while a tracer is attached); killed at exit if still running."""
+    child = subprocess.Popen(["sh", "-c", f"read line; {script}"], stdin=subprocess.PIPE)
     try:
-        tracer = Tracer("exec", "--json", "--duration", "2", "--pid", str(child.pid))
-        try:
-            tracer.wait_ready()
-            other = run_true()
-            assert child.stdin is not None
-            child.stdin.write(b"go\n")
-            child.stdin.close()
-            child.wait()
-            rc = tracer.finish()
-        finally:
-            tracer.close()
+        yield child
     finally:
         if child.poll() is None:
             child.kill()
             child.wait()
         if child.stdin is not None:
             child.stdin.close()
+
+
+def release(child: subprocess.Popen[bytes]) -> int:
+    """Let a :func:`held_child` run its script; returns its exit status."""
+    assert child.stdin is not None
+    child.stdin.write(b"go\n")
+    child.stdin.close()
+    return child.wait()
+
+
+def test_trace_exec_pid_filter(bpf_privileged: None) -> None:
+    with held_child("exec /bin/true") as child:
+        tracer = Tracer("exec", "--json", "--duration", "2", "--pid", str(child.pid))
+        try:
+            tracer.wait_ready()
+            other = run_true()
+            release(child)
+            rc = tracer.finish()
+        finally:
+            tracer.close()
     assert rc == 0, tracer.stderr
     records = tracer.records()
     assert [(r["pid"], r["filename"]) for r in records] == [(child.pid, "/bin/true")]
@@ -182,25 +196,15 @@ def test_trace_exec_pid_filter(bpf_privileged: None) -> None:
 
 
 def test_trace_exit_code_and_comm_filter(bpf_privileged: None) -> None:
-    child = subprocess.Popen(["sh", "-c", "read line; exit 3"], stdin=subprocess.PIPE)
-    try:
+    with held_child("exit 3") as child:
         tracer = Tracer("exit", "--json", "--duration", "2", "--comm", "sh")
         try:
             tracer.wait_ready()
             run_true()  # exits too, but is not named sh
-            assert child.stdin is not None
-            child.stdin.write(b"go\n")
-            child.stdin.close()
-            assert child.wait() == 3
+            assert release(child) == 3
             rc = tracer.finish()
         finally:
             tracer.close()
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        if child.stdin is not None:
-            child.stdin.close()
     assert rc == 0, tracer.stderr
     records = tracer.records()
     assert records and all(r["comm"] == "sh" for r in records)

@@ -144,17 +144,22 @@ static int merge_open(struct perf_buffer *pb)
 {
 	size_t n = perf_buffer__buffer_cnt(pb);
 	struct plb_merge_source *srcs = calloc(n, sizeof(*srcs));
+	int err = !srcs;
 	struct plb_merge_config cfg = {
 		.ts_mode = PLB_TS_OFFSET, .ts_offset = offsetof(struct event_head, ts),
 		.sample_type = PERF_SAMPLE_RAW, .window_ns = MERGE_WINDOW_NS,
 	};
 
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n && !err; i++) {
 		void *base;
 		size_t sz;
 
-		if (perf_buffer__buffer(pb, (int)i, &base, &sz) || plb_merge_source_perf(&srcs[i], base, sz))
-			return -1;
+		err = perf_buffer__buffer(pb, (int)i, &base, &sz) ||
+		      plb_merge_source_perf(&srcs[i], base, sz);
+	}
+	if (err) {
+		free(srcs);
+		return -1;
 	}
 	merge = plb_merge_new(&cfg, srcs, (uint32_t)n);
 	free(srcs);

@@ -346,6 +346,15 @@ static void expect(const struct col *c, int i, uint32_t ring, uint64_t ts, uint3
 	CHECK(c->ring[i] == ring && c->ts[i] == ts && c->flags[i] == flags);
 }
 
+/* Free a test's merge, then its n perf rings and its collector. */
+static void teardown(struct plb_merge *m, struct fake_ring *r, uint32_t n, struct col *c)
+{
+	plb_merge_free(m); /* before the rings it points into */
+	while (n--)
+		fr_free(&r[n]);
+	col_free(c);
+}
+
 /* ---- tests ---- */
 
 static void test_config(void)
@@ -467,10 +476,7 @@ static void test_basic_order(void)
 	for (i = 0; i < 3; i++)
 		CHECK(r[i].page->data_tail == r[i].head);
 	CHECK(drain(m, c, 64, 0) == 0);
-	plb_merge_free(m);
-	for (i = 0; i < 3; i++)
-		fr_free(&r[i]);
-	col_free(c);
+	teardown(m, r, 3, c);
 }
 
 static void test_ties(void)
@@ -500,10 +506,7 @@ static void test_ties(void)
 	expect(c, 3, 2, 5, 0);
 	expect(c, 4, 1, 6, 0);
 	expect(c, 5, 2, 6, 0);
-	plb_merge_free(m);
-	for (i = 0; i < 3; i++)
-		fr_free(&r[i]);
-	col_free(c);
+	teardown(m, r, 3, c);
 }
 
 /* An idle ring holds a head back for at most L past its timestamp. */
@@ -576,10 +579,7 @@ static void test_window(void)
 	CHECK(drain(m, c, 64, PLB_MERGE_DRAIN_ALL) == 1);
 	expect(c, 0, 0, 5000, 0);
 	CHECK(drain(m, c, 64, 0x80) == -EINVAL);
-	plb_merge_free(m);
-	for (i = 0; i < 2; i++)
-		fr_free(&r[i]);
-	col_free(c);
+	teardown(m, r, 2, c);
 }
 
 static void test_late_drop(void)
@@ -608,10 +608,7 @@ static void test_late_drop(void)
 	CHECK(st.emitted == 2);
 	/* Dropped records are consumed too. */
 	CHECK(r[1].page->data_tail == r[1].head);
-	plb_merge_free(m);
-	for (i = 0; i < 2; i++)
-		fr_free(&r[i]);
-	col_free(c);
+	teardown(m, r, 2, c);
 }
 
 static void test_inversion(void)
@@ -636,9 +633,7 @@ static void test_inversion(void)
 	expect(c, 3, 0, 120, 0);
 	plb_merge_stats(m, &st, NULL, 0);
 	CHECK(st.inversions == 1 && st.late_events == 2 && st.max_lateness_ns == 10);
-	plb_merge_free(m);
-	fr_free(&r[0]);
-	col_free(c);
+	teardown(m, r, 1, c);
 }
 
 static void test_lost(void)
@@ -690,10 +685,7 @@ static void test_lost(void)
 	expect(c, 0, 1, 101, 0);
 	plb_merge_stats(m, &st, NULL, 0);
 	CHECK(st.lost_records == 4 && st.lost_samples == 18 && st.emitted == 4);
-	plb_merge_free(m);
-	for (i = 0; i < 2; i++)
-		fr_free(&r[i]);
-	col_free(c);
+	teardown(m, r, 2, c);
 }
 
 static void test_malformed(void)
@@ -741,9 +733,7 @@ static void test_malformed(void)
 	}
 	plb_merge_stats(m, &st, NULL, 0);
 	CHECK(st.malformed == 7 && st.emitted == 4);
-	plb_merge_free(m);
-	fr_free(&r[0]);
-	col_free(c);
+	teardown(m, r, 1, c);
 }
 
 /* A nearly full ring whose head waits on an idle ring's frontier forces the
@@ -798,10 +788,7 @@ static void test_pressure(void)
 			plb_merge_stats(m, &st, NULL, 0);
 			CHECK(st.late_events == 1);
 		}
-		plb_merge_free(m);
-		for (i = 0; i < 3; i++)
-			fr_free(&r[i]);
-		col_free(c);
+		teardown(m, r, 3, c);
 	}
 }
 
@@ -870,9 +857,7 @@ static void test_wrap_every_offset(void)
 						wrapped_ts += !kernel && o + 8 > size;
 					}
 					CHECK(r.page->data_tail == r.head);
-					plb_merge_free(m);
-					fr_free(&r);
-					col_free(c);
+					teardown(m, &r, 1, c);
 				}
 			}
 		}
@@ -936,10 +921,7 @@ static void test_runs(void)
 				      st.malformed == 0 && st.forced_flushes == 0);
 				CHECK(r[0].page->data_tail == r[0].head &&
 				      r[1].page->data_tail == r[1].head);
-				plb_merge_free(m);
-				fr_free(&r[0]);
-				fr_free(&r[1]);
-				col_free(c);
+				teardown(m, r, 2, c);
 			}
 		}
 	}
@@ -994,10 +976,7 @@ static void test_output_limits(void)
 	CHECK(plb_merge_drain(m, &c->out, 0, 0) == -EINVAL);
 	c->out.len = NULL;
 	CHECK(plb_merge_drain(m, &c->out, 8, 0) == -EINVAL);
-	plb_merge_free(m);
-	for (i = 0; i < 2; i++)
-		fr_free(&r[i]);
-	col_free(c);
+	teardown(m, r, 2, c);
 }
 
 /* BPF ring buffers as sources, and mixed with a perf ring. */
@@ -1128,10 +1107,7 @@ static void test_default_clock(void)
 		nanosleep(&ts, NULL);
 	}
 	CHECK(plb_clock_monotonic(NULL) >= now + cfg.window_ns);
-	plb_merge_free(m);
-	for (i = 0; i < 2; i++)
-		fr_free(&r[i]);
-	col_free(c);
+	teardown(m, r, 2, c);
 }
 
 /* ---- the rule as a property, under a simulated clock ----
