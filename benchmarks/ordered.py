@@ -8,10 +8,13 @@ perf event array and the same ring size (PAGES pages per CPU), read by:
   event (benchmarks/build/bench_c, the suite's C consumer, run here with
   ``perf_wakeup=1``: a wakeup per sample, as the readers below): the
   unordered ceiling;
-- ``c-perfmerge``: C, the ordered merge's core (csrc/plb_merge.c) over the
-  same rings, driven from C (bench_c ``perfmerge``: OrderedReader's window
-  and drain sizes, the same check per event): ordered vs unordered with no
-  Python on either side;
+- ``c-perfmerge-fn``: C, the ordered merge's core (csrc/plb_merge.c) over the
+  same rings, read as libbpf reads them: ``plb_merge_consume`` hands a C
+  callback a pointer into the ring per event (bench_c ``perfmerge-fn``,
+  OrderedReader's window, the same check per event): ordered vs unordered
+  with no Python on either side -- the issue's target;
+- ``c-perfmerge``: the same core copying into arrays, as OrderedReader
+  drains it (``plb_merge_drain``: 16384 entries and 2 MiB per drain);
 - ``pylibbpf-perfbuf-batch``: ``PerfBuffer.read_batch()`` (unordered);
 - ``pylibbpf-ordered-batch``: ``OrderedReader(map, timestamp=8).read_batch()``
   (merged across CPUs by the event's timestamp).
@@ -234,8 +237,9 @@ def measure(name: str, mode: str, size: int, events: int, min_time: float) -> di
     return result
 
 
-CONSUMERS = ["c-perfbuf", "c-perfmerge", "pylibbpf-perfbuf-batch", "pylibbpf-ordered-batch", "pylibbpf-perfbuf-numpy",
-             "pylibbpf-ordered-numpy", "pylibbpf-perfbuf-batch-count", "pylibbpf-ordered-batch-count"]
+CONSUMERS = ["c-perfbuf", "c-perfmerge-fn", "c-perfmerge", "pylibbpf-perfbuf-batch", "pylibbpf-ordered-batch",
+             "pylibbpf-perfbuf-numpy", "pylibbpf-ordered-numpy", "pylibbpf-perfbuf-batch-count",
+             "pylibbpf-ordered-batch-count"]
 
 
 def main() -> None:
@@ -294,6 +298,7 @@ def main() -> None:
                 return by[a] / by[b] if by.get(a) and by.get(b) else None
 
             ratios.append({"mode": mode, "event_size": size,
+                           "c_merge_fn_to_c": ratio("c-perfmerge-fn", "c-perfbuf"),
                            "c_merge_to_c": ratio("c-perfmerge", "c-perfbuf"),
                            "ordered_to_c": ratio("pylibbpf-ordered-batch", "c-perfbuf"),
                            "ordered_numpy_to_c": ratio("pylibbpf-ordered-numpy", "c-perfbuf"),
@@ -302,7 +307,8 @@ def main() -> None:
     print("\nordered / unordered (target: ordered >= 50% of the unordered C consumer)")
     for r in ratios:
         print(f"  {r['mode']:17} {r['event_size']:4} B", end="")
-        for key, label in (("c_merge_to_c", "C merge/C"), ("ordered_to_c", "ordered-batch/C"),
+        for key, label in (("c_merge_fn_to_c", "C merge fn/C"), ("c_merge_to_c", "C merge copy/C"),
+                           ("ordered_to_c", "ordered-batch/C"),
                            ("ordered_numpy_to_c", "ordered-numpy/C"),
                            ("ordered_to_unordered_python", "ordered-batch/PerfBuffer-batch")):
             print(f"   {label} {r[key]:.2f}" if r[key] is not None else f"   {label} n/a", end="")

@@ -88,6 +88,10 @@ struct plb_merge *plb_merge_new(const struct plb_merge_config *cfg,
 void plb_merge_free(struct plb_merge *m);
 int plb_merge_drain(struct plb_merge *m, struct plb_merge_out *out,
                     uint32_t max_records, uint32_t flags);
+typedef int (*plb_merge_event_fn)(void *ctx, uint32_t ring, uint64_t ts, uint32_t flags,
+                                  const void *data, uint32_t len);
+int plb_merge_consume(struct plb_merge *m, plb_merge_event_fn fn, void *ctx,
+                      uint32_t max_records, uint32_t flags);
 int plb_merge_poll_timeout_ms(struct plb_merge *m);
 uint64_t plb_merge_next_deadline(const struct plb_merge *m);
 void plb_merge_stats(const struct plb_merge *m, struct plb_merge_stats *st,

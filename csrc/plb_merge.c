@@ -53,7 +53,12 @@ struct plb_merge {
 	uint64_t last_emitted;       /* largest ts emitted so far */
 	uint64_t deadline;
 	struct plb_merge_stats st;
+	uint8_t *scratch;            /* consume: a wrapping perf payload, copied */
 };
+
+/* The largest perf payload: raw_size lies within one record, whose size is a
+ * u16 (perf_event_header.size). */
+#define PLB_SCRATCH_SIZE 65536
 
 /* A PERF_RECORD_SAMPLE parsed in place (sample_inplace()). */
 struct plb_sample {
@@ -64,15 +69,19 @@ struct plb_sample {
 	uint32_t len;           /* raw_size */
 };
 
-/* What one drain is writing into. */
+/* Where one drain delivers: the caller's arrays (plb_merge_drain, fn NULL)
+ * or its callback (plb_merge_consume). */
 struct plb_drain_ctx {
-	struct plb_merge_out *out;
+	struct plb_merge_out *out; /* drain */
+	plb_merge_event_fn fn;     /* consume */
+	void *fn_ctx;
 	uint32_t max;
 	uint32_t n;
 	uint64_t used;
 	uint64_t cap;
 	int full;      /* stopped for room: more may be emittable now */
 	int nospace;   /* a payload larger than the whole buffer */
+	int stopped;   /* the callback asked to stop */
 };
 
 /* The smallest (frontier, index) over the empty sources: every record they
@@ -250,14 +259,23 @@ static inline void copy_payload(uint8_t *dst, const uint8_t *src, uint32_t len)
 		*dst++ = *src++;
 }
 
-/* Append a PERF_RECORD_LOST entry; 0 if the output has no slot left. */
+/* Deliver a PERF_RECORD_LOST entry; 0 if the output has no slot left (or
+ * the callback has asked to stop). */
 static int out_lost(struct plb_drain_ctx *c, uint32_t i, uint64_t lost)
 {
 	struct plb_merge_out *o = c->out;
 
+	if (c->stopped)
+		return 0;
 	if (c->n >= c->max) {
 		c->full = 1;
 		return 0;
+	}
+	if (c->fn) {
+		if (c->fn(c->fn_ctx, i, lost, PLB_MERGE_F_LOST, NULL, 0))
+			c->stopped = 1;
+		c->n++;
+		return 1;
 	}
 	o->ring[c->n] = i;
 	o->ts[c->n] = lost;
@@ -295,7 +313,10 @@ static int perf_sample_head(struct plb_merge *m, struct plb_msrc *s,
 	/* Unaligned and possibly wrapping: a wrap-aware memcpy. */
 	plb_perfring_read(&s->pr, rec->pos + lay->ts_at, &ts, sizeof(ts));
 	s->head_at = rec->pos + lay->raw_off + sizeof(raw_size);
-	s->head_ptr = NULL; /* copied with plb_perfring_read(), which wraps */
+	/* In place when contiguous; else copied with plb_perfring_read(). */
+	s->head_ptr = (s->head_at & s->pr.mask) + raw_size <= s->pr.size
+			      ? s->pr.data + (s->head_at & s->pr.mask)
+			      : NULL;
 	s->head_len = raw_size;
 	s->head_next = rec->pos + rec->size;
 	note_head(m, s, ts);
@@ -491,66 +512,113 @@ static void take_head(struct plb_msrc *s)
 	s->have_prev = 1;
 }
 
-/* Emit the head of source i. 1: taken; -1: no room in the output. */
+/* A sample with timestamp ts below the last emitted one. */
+static void note_late(struct plb_merge *m, uint64_t ts)
+{
+	m->st.late_events++;
+	if (m->last_emitted - ts > m->st.max_lateness_ns)
+		m->st.max_lateness_ns = m->last_emitted - ts;
+}
+
+/* A sample with timestamp ts has been delivered. */
+static void emitted(struct plb_merge *m, uint64_t ts, int forced)
+{
+	m->st.emitted++;
+	if (forced)
+		m->st.forced_flushes++;
+	if (!m->have_emitted || ts > m->last_emitted)
+		m->last_emitted = ts;
+	m->have_emitted = 1;
+}
+
+/* Emit the head of source i: copy it to the output (to_fn 0) or hand it to
+ * the callback (to_fn 1, a constant the caller inlines). 1: taken; -1: no
+ * room in the output. */
 static inline __attribute__((always_inline)) int
-emit_head(struct plb_merge *m, uint32_t i, int forced,
-		     struct plb_drain_ctx *c)
+emit_head(struct plb_merge *m, uint32_t i, int forced, struct plb_drain_ctx *c,
+	  const int to_fn)
 {
 	struct plb_msrc *s = &m->src[i];
 	struct plb_merge_out *o = c->out;
-	uint64_t ts = s->head_ts, off;
+	uint64_t ts = s->head_ts, off = 0;
+	uint32_t len = s->head_len;
+	const uint8_t *p = s->head_ptr;
 	int late = m->have_emitted && ts < m->last_emitted;
-	uint32_t fl = 0;
 
 	if (late && m->cfg.late_policy == PLB_LATE_DROP) {
-		m->st.late_events++;
-		if (m->last_emitted - ts > m->st.max_lateness_ns)
-			m->st.max_lateness_ns = m->last_emitted - ts;
+		note_late(m, ts);
 		m->st.dropped_late++;
 		take_head(s);
 		return 1;
 	}
-	off = PLB_ALIGN8(c->used);
-	if (c->n >= c->max || off + s->head_len > c->cap) {
-		c->full = 1;
-		if (s->head_len > c->cap) {
-			c->nospace = 1;
-			o->need = s->head_len;
+	if (to_fn) {
+		if (c->n >= c->max) {
+			c->full = 1;
+			return -1;
 		}
-		return -1;
+		if (!p) { /* wraps the end of a perf ring: hand over a copy */
+			plb_perfring_read(&s->pr, s->head_at, m->scratch, len);
+			p = m->scratch;
+		}
+	} else {
+		off = PLB_ALIGN8(c->used);
+		if (c->n >= c->max || off + len > c->cap) {
+			c->full = 1;
+			if (len > c->cap) {
+				c->nospace = 1;
+				o->need = len;
+			}
+			return -1;
+		}
+		/* Copy out of the ring (two pieces if the payload wraps a perf
+		 * ring). Not for an empty payload: buf may be NULL (buf_size 0),
+		 * and NULL + 0 or memcpy(NULL, src, 0) is undefined behaviour. */
+		if (len) {
+			if (p)
+				copy_payload(o->buf + off, p, len);
+			else
+				plb_perfring_read(&s->pr, s->head_at, o->buf + off, len);
+		}
 	}
-	/* Copy out of the ring (two pieces if the payload wraps a perf ring).
-	 * Not for an empty payload: buf may be NULL (buf_size 0), and NULL + 0
-	 * or memcpy(NULL, src, 0) is undefined behaviour. */
-	if (s->head_len) {
-		if (s->head_ptr)
-			copy_payload(o->buf + off, s->head_ptr, s->head_len);
-		else
-			plb_perfring_read(&s->pr, s->head_at, o->buf + off, s->head_len);
-	}
-	if (late) {
-		fl |= PLB_MERGE_F_LATE;
-		m->st.late_events++;
-		if (m->last_emitted - ts > m->st.max_lateness_ns)
-			m->st.max_lateness_ns = m->last_emitted - ts;
-	}
-	if (forced) {
-		fl |= PLB_MERGE_F_FORCED;
-		m->st.forced_flushes++;
+	if (late)
+		note_late(m, ts);
+	emitted(m, ts, forced);
+	take_head(s);
+	if (to_fn) {
+		c->n++;
+		/* After the bookkeeping: the callback may end the consume. */
+		if (c->fn(c->fn_ctx, i, ts, (late ? PLB_MERGE_F_LATE : 0u) |
+						(forced ? PLB_MERGE_F_FORCED : 0u), p, len))
+			c->stopped = 1;
+		return 1;
 	}
 	o->ring[c->n] = i;
 	o->ts[c->n] = ts;
-	o->flags[c->n] = fl;
+	o->flags[c->n] = (late ? PLB_MERGE_F_LATE : 0u) | (forced ? PLB_MERGE_F_FORCED : 0u);
 	o->start[c->n] = (uint32_t)off;
-	o->len[c->n] = s->head_len;
+	o->len[c->n] = len;
 	c->n++;
-	c->used = off + s->head_len;
-	m->st.emitted++;
-	if (!m->have_emitted || ts > m->last_emitted)
-		m->last_emitted = ts;
-	m->have_emitted = 1;
-	take_head(s);
+	c->used = off + len;
 	return 1;
+}
+
+/* Deliver one plain sample of a run (perf_run(), perf_pair()) as entry n,
+ * its payload at byte at of the output (to_fn 0) or in place to the callback
+ * (to_fn 1). Returns nonzero when the callback asks to stop. */
+static inline __attribute__((always_inline)) int
+run_deliver(struct plb_merge_out *o, plb_merge_event_fn fn, void *fn_ctx, uint32_t i,
+	    const struct plb_sample *cur, uint32_t n, uint64_t at, const int to_fn)
+{
+	if (to_fn)
+		return fn(fn_ctx, i, cur->ts, 0, cur->payload, cur->len) != 0;
+	if (cur->len)
+		copy_payload(o->buf + at, cur->payload, cur->len);
+	o->ring[n] = i;
+	o->ts[n] = cur->ts;
+	o->flags[n] = 0;
+	o->start[n] = (uint32_t)at;
+	o->len[n] = cur->len;
+	return 0;
 }
 
 /* The merge's hot loop, for a perf source at the top (not forced): emits its
@@ -562,24 +630,29 @@ emit_head(struct plb_merge *m, uint32_t i, int forced,
  * what emit_head() then fill_head() would emit; it only keeps the cursor, the
  * output position and the counters in registers, and parses each record
  * once. Plain loads: everything read lies below the head acquire-loaded by
- * plb_perfring_refresh() in this pass.
+ * plb_perfring_refresh() in this pass. to_fn as for emit_head(): the records
+ * go to the callback, in place, and the merge's counters are brought up to
+ * date when the run ends (the callback may not look at them).
  * Returns -1: the head itself is not plain (nothing done; use emit_head());
  * 1: stopped at a well-formed contiguous sample, now s's head; 0: stopped at
- * anything else, left at the tail for fill_head(). */
-static int perf_run(struct plb_merge *m, struct plb_msrc *s, uint32_t i,
-		    const struct plb_front *bound, struct plb_drain_ctx *c)
+ * anything else (or by the callback), left at the tail for fill_head(). */
+static inline __attribute__((always_inline)) int
+perf_run(struct plb_merge *m, struct plb_msrc *s, uint32_t i, const struct plb_front *bound,
+	 struct plb_drain_ctx *c, const int to_fn)
 {
-	/* Local copies: the output stores cannot alias them, so the loop keeps
-	 * them in registers. */
+	/* Local copies: the output stores and the callback cannot alias them,
+	 * so the loop keeps them in registers. */
 	const struct plb_sample_layout lay = m->lay;
 	const struct plb_perfring pr = s->pr;
 	struct plb_merge_out *o = c->out;
-	const uint64_t bound_ts = bound->ts, cap = c->cap;
+	const plb_merge_event_fn fn = c->fn;
+	void *const fn_ctx = c->fn_ctx;
+	const uint64_t bound_ts = bound->ts, cap = to_fn ? UINT64_MAX : c->cap;
 	const uint32_t max = c->max;
 	const int tie_ok = i < bound->idx; /* equal ts: the lower index first */
 	struct plb_sample cur = { s->head_ptr, s->head_at, s->head_next, s->head_ts, s->head_len };
 	uint64_t tail, last = m->have_emitted ? m->last_emitted : 0, used = c->used;
-	uint64_t at = PLB_ALIGN8(used);
+	uint64_t at = to_fn ? 0 : PLB_ALIGN8(used);
 	uint32_t n = c->n, n0 = c->n;
 	int ret = 0;
 
@@ -587,22 +660,19 @@ static int perf_run(struct plb_merge *m, struct plb_msrc *s, uint32_t i,
 		return -1;
 	for (;;) {
 		/* Emit the record parsed last (the head, first). */
-		if (cur.len)
-			copy_payload(o->buf + at, cur.payload, cur.len);
-		o->ring[n] = i;
-		o->ts[n] = cur.ts;
-		o->flags[n] = 0;
-		o->start[n] = (uint32_t)at;
-		o->len[n] = cur.len;
-		n++;
-		used = at + cur.len;
 		last = cur.ts;
 		tail = cur.next;
+		used = at + cur.len;
+		if (run_deliver(o, fn, fn_ctx, i, &cur, n++, at, to_fn)) {
+			c->stopped = 1;
+			break;
+		}
 
 		/* Parse the next one; stop at anything but the plain case. */
 		if (!sample_inplace(&lay, &pr, tail, &cur))
 			break;
-		at = PLB_ALIGN8(used);
+		if (!to_fn)
+			at = PLB_ALIGN8(used);
 		if (cur.ts < last || cur.ts > bound_ts || (cur.ts == bound_ts && !tie_ok) ||
 		    n >= max || at + cur.len > cap) {
 			ret = 1; /* a well-formed head that the general path handles */
@@ -617,10 +687,132 @@ static int perf_run(struct plb_merge *m, struct plb_msrc *s, uint32_t i,
 	m->have_emitted = 1;
 	m->st.emitted += n - n0;
 	c->n = n;
-	c->used = used;
+	if (!to_fn)
+		c->used = used;
 	if (ret)
 		set_head_inplace(m, s, &cur);
 	return ret;
+}
+
+/* One side of perf_pair(): a perf ring, its head and what it has emitted. */
+struct plb_pair_side {
+	struct plb_perfring pr;  /* a copy: the cursor fields the loop reads */
+	struct plb_sample cur;   /* the head */
+	uint64_t tail;           /* past the last record emitted */
+	uint64_t last;           /* ts of the last record emitted */
+	uint32_t idx;            /* source index */
+	uint32_t taken;          /* records emitted */
+};
+
+/* perf_pair()'s step for the side holding the smaller head: emit it if the
+ * rule and the output allow, then parse that ring's next record. Returns 0
+ * to go on; 1: stopped with x's head valid (not below bound, out of room, or
+ * the next record is below *last); 2: stopped with x's head to be found by
+ * fill_head() (not the plain case, or the callback stopped). */
+static inline __attribute__((always_inline)) int
+pair_take(struct plb_pair_side *x, const struct plb_sample_layout *lay,
+	  const struct plb_front *bound, struct plb_merge_out *o, plb_merge_event_fn fn,
+	  void *fn_ctx, uint32_t *n, uint32_t max, uint64_t *used, uint64_t cap, uint64_t *last,
+	  int *stopped, const int to_fn)
+{
+	uint64_t at = to_fn ? 0 : PLB_ALIGN8(*used);
+
+	if (!key_below(x->cur.ts, x->idx, bound) || *n >= max || at + x->cur.len > cap)
+		return 1;
+	*last = x->last = x->cur.ts;
+	x->tail = x->cur.next;
+	x->taken++;
+	if (!to_fn)
+		*used = at + x->cur.len;
+	if (run_deliver(o, fn, fn_ctx, x->idx, &x->cur, (*n)++, at, to_fn)) {
+		*stopped = 1;
+		return 2;
+	}
+	if (!sample_inplace(lay, &x->pr, x->tail, &x->cur))
+		return 2;
+	return x->cur.ts < *last; /* late: the general path flags and counts it */
+}
+
+/* The hot loop when records interleave: the top a = heap[0] and the next
+ * smallest head b = heap[pb], both perf rings with plain heads not below the
+ * last emitted ts. Emits the smaller of the two heads, in key order, while it
+ * sorts below bound (the frontier and every other waiting head) and each next
+ * record is the plain case -- exactly what the general path would emit, with
+ * both cursors in registers and one predictable branch per record instead of
+ * a heap step. Then puts the side it stopped at (x, returned in *top) at the
+ * root and the other at pb, restoring the heap below pb; the caller settles
+ * the root as after perf_run(). Returns -1: not applicable (nothing done);
+ * 1: x's head is valid; 0: x's head is for fill_head() to find. */
+static inline __attribute__((always_inline)) int
+perf_pair(struct plb_merge *m, uint32_t pb, const struct plb_front *bound,
+	  struct plb_drain_ctx *c, uint32_t *top, const int to_fn)
+{
+	struct plb_msrc *sa = &m->src[m->heap[0]], *sb = &m->src[m->heap[pb]];
+	const struct plb_sample_layout lay = m->lay;
+	struct plb_merge_out *o = c->out;
+	const plb_merge_event_fn fn = c->fn;
+	void *const fn_ctx = c->fn_ctx;
+	const uint64_t cap = to_fn ? UINT64_MAX : c->cap;
+	const uint32_t max = c->max;
+	uint64_t last = m->have_emitted ? m->last_emitted : 0, used = c->used;
+	uint32_t n = c->n, n0 = c->n;
+	int stopped = 0, ret;
+	struct plb_pair_side a = {
+		sa->pr, { sa->head_ptr, sa->head_at, sa->head_next, sa->head_ts, sa->head_len },
+		0, 0, m->heap[0], 0 };
+	struct plb_pair_side b = {
+		sb->pr, { sb->head_ptr, sb->head_at, sb->head_next, sb->head_ts, sb->head_len },
+		0, 0, m->heap[pb], 0 };
+	struct plb_pair_side *x;
+
+	if (sa->kind != PLB_SRC_PERF || sb->kind != PLB_SRC_PERF || !a.cur.payload ||
+	    !b.cur.payload || a.cur.ts < last || b.cur.ts < last || n >= max ||
+	    (!to_fn && PLB_ALIGN8(used) + a.cur.len > cap))
+		return -1;
+	/* a sorts below b: the first step emits a's head. */
+	for (;;) {
+		if (key_below(a.cur.ts, a.idx, &(struct plb_front){ b.cur.ts, b.idx })) {
+			x = &a;
+			ret = pair_take(&a, &lay, bound, o, fn, fn_ctx, &n, max, &used, cap, &last,
+					&stopped, to_fn);
+		} else {
+			x = &b;
+			ret = pair_take(&b, &lay, bound, o, fn, fn_ctx, &n, max, &used, cap, &last,
+					&stopped, to_fn);
+		}
+		if (ret)
+			break;
+	}
+	/* What emit_head() and take_head() record, once per side. */
+	if (a.taken) {
+		sa->pr.tail = a.tail;
+		sa->prev_ts = sa->max_ts = a.last; /* each ts taken was >= all before */
+		sa->have_prev = 1;
+	}
+	if (b.taken) {
+		sb->pr.tail = b.tail;
+		sb->prev_ts = sb->max_ts = b.last;
+		sb->have_prev = 1;
+	}
+	m->last_emitted = last;
+	m->have_emitted = m->have_emitted || n != n0;
+	m->st.emitted += n - n0;
+	c->n = n;
+	if (!to_fn)
+		c->used = used;
+	if (stopped)
+		c->stopped = 1;
+	/* The other side's head is whole (parsed, not yet emitted); x's too
+	 * unless it is left for fill_head(). */
+	if (x != &a || ret == 1)
+		set_head_inplace(m, sa, &a.cur);
+	if (x != &b || ret == 1)
+		set_head_inplace(m, sb, &b.cur);
+	m->heap[0] = x->idx;
+	m->heap[pb] = x == &a ? b.idx : a.idx;
+	heap_sift_down(m, pb); /* that key may have grown past its children's */
+	*top = x->idx;
+	return ret == 1;
 }
 
 static void commit_all(struct plb_merge *m)
@@ -661,28 +853,18 @@ static uint64_t top_deadline(const struct plb_merge *m)
 	return ts + m->cfg.window_ns + extra;
 }
 
-int plb_merge_drain(struct plb_merge *m, struct plb_merge_out *out,
-		    uint32_t max_records, uint32_t flags)
+/* The passes of one drain or consume (to_fn as for emit_head()): emit what
+ * the rule allows until the output is full, the callback stops, or a pass
+ * moves nothing. Returns 1 when the idle-pass limit cut it short. */
+static inline __attribute__((always_inline)) int
+drain_passes(struct plb_merge *m, struct plb_drain_ctx *c, int all, const int to_fn)
 {
-	struct plb_drain_ctx c;
-	int all = !!(flags & PLB_MERGE_DRAIN_ALL);
-	int idle_passes = 0, more = 0;
-	uint64_t deadline;
-
-	if (!m || !out || !max_records || (!out->buf && out->buf_size) ||
-	    !out->ring || !out->ts || !out->flags || !out->start || !out->len ||
-	    (flags & ~(uint32_t)PLB_MERGE_DRAIN_ALL))
-		return -EINVAL;
-	memset(&c, 0, sizeof(c));
-	c.out = out;
-	c.max = max_records;
-	c.cap = out->buf_size > UINT32_MAX ? UINT32_MAX : out->buf_size;
-	out->need = 0;
+	int idle_passes = 0;
 
 	for (;;) {
 		struct plb_front front = { UINT64_MAX, UINT32_MAX };
 		uint64_t clk;
-		uint32_t n_before = c.n, i;
+		uint32_t n_before = c->n, i;
 		uint64_t taken_before = m->st.emitted + m->st.dropped_late +
 					m->st.malformed;
 		int stop = 0;
@@ -697,7 +879,7 @@ int plb_merge_drain(struct plb_merge *m, struct plb_merge_out *out,
 			if (s->kind == PLB_SRC_PERF)
 				plb_perfring_refresh(&s->pr); /* acquire data_head */
 			if (!s->in_heap) {
-				int r = fill_head(m, i, &c);
+				int r = fill_head(m, i, c);
 
 				if (r > 0) {
 					s->in_heap = 1;
@@ -731,6 +913,27 @@ int plb_merge_drain(struct plb_merge *m, struct plb_merge_out *out,
 					bound = front;
 				}
 			}
+			/* Records interleaving across two rings: the top and
+			 * the next smallest head (pb), bounded by the frontier
+			 * and every other head -- by the heap's order, the other
+			 * child of the root and pb's children. */
+			if (!forced && m->nheap > 1) {
+				uint32_t pb = m->nheap > 2 && head_less(m, m->heap[2], m->heap[1]) ? 2 : 1;
+				struct plb_front b3 = bound;
+				uint32_t k;
+
+				if (3 - pb < m->nheap)
+					front_min(&b3, m->src[m->heap[3 - pb]].head_ts, m->heap[3 - pb]);
+				for (k = 2 * pb + 1; k <= 2 * pb + 2 && k < m->nheap; k++)
+					front_min(&b3, m->src[m->heap[k]].head_ts, m->heap[k]);
+				r = perf_pair(m, pb, &b3, c, &i, to_fn);
+				if (r >= 0) {
+					s = &m->src[i];
+					if (r == 0)
+						r = fill_head(m, i, c);
+					goto settle;
+				}
+			}
 			/* A run: while the top's ring's next head still sorts
 			 * below every other waiting head (and, unless forced, the
 			 * frontier), it is the next top: emit it without touching
@@ -745,18 +948,20 @@ int plb_merge_drain(struct plb_merge *m, struct plb_merge_out *out,
 			}
 			do {
 				if (s->kind == PLB_SRC_PERF && !forced &&
-				    (r = perf_run(m, s, i, &bound, &c)) >= 0) {
+				    (r = perf_run(m, s, i, &bound, c, to_fn)) >= 0) {
 					if (r == 0)
-						r = fill_head(m, i, &c);
+						r = fill_head(m, i, c);
 					continue; /* to the loop's test */
 				}
-				if (emit_head(m, i, forced, &c) < 0)
-					goto out_of_room; /* the top is unchanged */
+				if (emit_head(m, i, forced, c, to_fn) < 0)
+					return 0; /* out of room; the top is unchanged */
 				/* Next head of the same ring, from the head
 				 * loaded in this pass (a ring buffer: loaded
 				 * again now). */
-				r = fill_head(m, i, &c);
-			} while (r > 0 && !forced && key_below(s->head_ts, i, &bound));
+				r = fill_head(m, i, c);
+			} while (r > 0 && !forced && !(to_fn && c->stopped) &&
+				 key_below(s->head_ts, i, &bound));
+settle:
 			if (r > 0) {
 				heap_sift_down(m, 0);
 			} else {
@@ -767,37 +972,74 @@ int plb_merge_drain(struct plb_merge *m, struct plb_merge_out *out,
 				else
 					front_min(&front, empty_frontier(m, s, clk), i);
 			}
+			if (to_fn && c->stopped)
+				return 0;
 		}
-out_of_room:
-		if (c.full || stop)
-			break;
-		if (c.n != n_before) {
+		if (c->full || stop)
+			return 0;
+		if (c->n != n_before) {
 			idle_passes = 0;
 			continue;
 		}
 		if (m->st.emitted + m->st.dropped_late + m->st.malformed == taken_before)
-			break; /* nothing moved: the rule holds everything back */
-		if (++idle_passes >= PLB_IDLE_PASSES) {
-			more = 1;
-			break;
-		}
+			return 0; /* nothing moved: the rule holds everything back */
+		if (++idle_passes >= PLB_IDLE_PASSES)
+			return 1;
 	}
+}
 
-	/* Hand the space of everything copied, skipped or dropped back to the
-	 * kernel (release stores: our reads of it are done). */
+/* End a drain or consume: hand the space of everything delivered, skipped or
+ * dropped back to the kernel (release stores: our reads of it are done), and
+ * set the deadline. */
+static uint64_t drain_end(struct plb_merge *m, const struct plb_drain_ctx *c, int more)
+{
 	commit_all(m);
-
-	if (c.full || more)
-		deadline = 0;
+	if (c->full || c->stopped || more)
+		m->deadline = 0;
 	else if (!m->nheap)
-		deadline = PLB_MERGE_NO_DEADLINE;
+		m->deadline = PLB_MERGE_NO_DEADLINE;
 	else
-		deadline = top_deadline(m);
-	m->deadline = deadline;
-	out->deadline_ns = deadline;
+		m->deadline = top_deadline(m);
+	return m->deadline;
+}
+
+int plb_merge_drain(struct plb_merge *m, struct plb_merge_out *out,
+		    uint32_t max_records, uint32_t flags)
+{
+	struct plb_drain_ctx c;
+	int more;
+
+	if (!m || !out || !max_records || (!out->buf && out->buf_size) ||
+	    !out->ring || !out->ts || !out->flags || !out->start || !out->len ||
+	    (flags & ~(uint32_t)PLB_MERGE_DRAIN_ALL))
+		return -EINVAL;
+	memset(&c, 0, sizeof(c));
+	c.out = out;
+	c.max = max_records;
+	c.cap = out->buf_size > UINT32_MAX ? UINT32_MAX : out->buf_size;
+	out->need = 0;
+	more = drain_passes(m, &c, !!(flags & PLB_MERGE_DRAIN_ALL), 0);
+	out->deadline_ns = drain_end(m, &c, more);
 	out->used = c.used;
 	if (c.nospace && c.n == 0)
 		return -ENOSPC;
+	return (int)c.n;
+}
+
+int plb_merge_consume(struct plb_merge *m, plb_merge_event_fn fn, void *ctx,
+		      uint32_t max_records, uint32_t flags)
+{
+	struct plb_drain_ctx c;
+	int more;
+
+	if (!m || !fn || !max_records || (flags & ~(uint32_t)PLB_MERGE_DRAIN_ALL))
+		return -EINVAL;
+	memset(&c, 0, sizeof(c));
+	c.fn = fn;
+	c.fn_ctx = ctx;
+	c.max = max_records;
+	more = drain_passes(m, &c, !!(flags & PLB_MERGE_DRAIN_ALL), 1);
+	drain_end(m, &c, more);
 	return (int)c.n;
 }
 
@@ -900,7 +1142,8 @@ struct plb_merge *plb_merge_new(const struct plb_merge_config *cfg,
 		goto nomem;
 	m->src = calloc(n, sizeof(*m->src));
 	m->heap = calloc(n, sizeof(*m->heap));
-	if (!m->src || !m->heap)
+	m->scratch = malloc(PLB_SCRATCH_SIZE);
+	if (!m->src || !m->heap || !m->scratch)
 		goto nomem;
 	m->cfg = *cfg;
 	m->cfg.sample_type = st;
@@ -971,5 +1214,6 @@ void plb_merge_free(struct plb_merge *m)
 				plb_perfring_release(&m->src[i].pr);
 	free(m->src);
 	free(m->heap);
+	free(m->scratch);
 	free(m);
 }

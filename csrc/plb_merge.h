@@ -188,6 +188,31 @@ void plb_merge_free(struct plb_merge *m);
 int plb_merge_drain(struct plb_merge *m, struct plb_merge_out *out,
 		    uint32_t max_records, uint32_t flags);
 
+/* The callback of plb_merge_consume(), once per entry in merged order: ring
+ * is the source index, ts the timestamp (for PLB_MERGE_F_LOST the number of
+ * samples lost), flags PLB_MERGE_F_*. data/len is the payload as
+ * plb_merge_out describes it, in place: a pointer into the ring (or, for a
+ * perf record that wraps the end of its ring, into the merge's scratch copy),
+ * valid only until the callback returns -- the ring's consumer position is
+ * released after the consume, so the kernel cannot reuse those bytes while
+ * the callback runs. NULL and 0 for a PERF_RECORD_LOST. Return 0 to go on;
+ * anything else stops the consume after this entry (which counts as taken).
+ * The callback must not call into the merge. */
+typedef int (*plb_merge_event_fn)(void *ctx, uint32_t ring, uint64_t ts, uint32_t flags,
+				  const void *data, uint32_t len);
+
+/* plb_merge_drain() without the copy, for consumers written in C (as libbpf's
+ * perf_buffer__consume() hands its callback a pointer into the ring): hand up
+ * to max_records entries that the rule allows to fn, in merged order, then
+ * release each ring's consumer position past them. The same rule, counters,
+ * flags and deadline as plb_merge_drain(); there is no output buffer, so no
+ * -ENOSPC. Never blocks, but holds the rings' space until fn has seen the
+ * whole consume: a slow fn wants a small max_records. Returns the number of
+ * entries handed to fn (>= 0) or -EINVAL (bad arguments); the deadline is
+ * plb_merge_next_deadline() (0 as well when fn stopped the consume). */
+int plb_merge_consume(struct plb_merge *m, plb_merge_event_fn fn, void *ctx,
+		      uint32_t max_records, uint32_t flags);
+
 /* The epoll timeout, in ms rounded up, for the last drain's deadline: -1 (no
  * deadline), 0 (now), or the ms until it (capped at INT32_MAX). */
 int plb_merge_poll_timeout_ms(struct plb_merge *m);

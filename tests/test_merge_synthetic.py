@@ -126,6 +126,19 @@ class Merge:
         return [(o.ring[i], o.ts[i], o.flags[i], bytes(ffi.buffer(o.buf + o.start[i], o.len[i])))
                 for i in range(n)]
 
+    def consume(self, flags: int = 0, stop_at: int = 0) -> list[tuple[int, int, int, bytes]]:
+        """drain()'s entries through plb_merge_consume and a Python callback (payloads in place)."""
+        got: list[tuple[int, int, int, bytes]] = []
+
+        @ffi.callback("plb_merge_event_fn")
+        def on_entry(ctx: Any, ring: int, ts: int, eflags: int, data: Any, size: int) -> int:
+            got.append((ring, ts, eflags, bytes(ffi.buffer(data, size)) if size else b""))
+            return int(len(got) == stop_at)
+
+        n = lib.plb_merge_consume(self.m, on_entry, ffi.NULL, self.max, flags)
+        assert n == len(got), (n, got)
+        return got
+
     def stats(self) -> Any:
         st = ffi.new("struct plb_merge_stats *")
         backlog = ffi.new("uint64_t[]", len(self.rings))
@@ -196,6 +209,38 @@ def test_lost_records_never_wait() -> None:
     # DRAIN_ALL ignores the frontiers (what a final flush uses)
     got = merge.drain(lib.PLB_MERGE_DRAIN_ALL)
     assert [(r, ts) for r, ts, _, _ in got] == [(0, future)]
+
+
+def test_consume_hands_a_callback_what_drain_copies() -> None:
+    """plb_merge_consume: the entries plb_merge_drain copies, given to a callback in place.
+
+    Two identical sets of rings (one record wrapping the end of its ring, a
+    LOST record): one merge drains, the other consumes. A callback that
+    returns nonzero stops the consume after that entry, with deadline 0.
+    """
+    base = now_ns() - 10 * 10**9
+
+    def make() -> tuple[list[FakePerfRing], Merge]:
+        rings = [FakePerfRing(256, start=256 - 16), FakePerfRing(4096)]
+        for k in range(6):
+            rings[k % 2].sample(event(base + k, k, bytes([k]) * (4 + 8 * (k % 3))))
+        rings[1].lost(3)
+        rings[1].sample(event(base + 6, 6))
+        for ring in rings:
+            ring.publish()
+        return rings, Merge(rings)
+
+    _, by_drain = make()
+    rings, by_callback = make()
+    want = by_drain.drain()
+    assert [ts - base if not flags else -ts for _, ts, flags, _ in want] == [0, 1, 2, 3, 4, 5, -3, 6]
+    assert by_callback.consume(stop_at=3) == want[:3]
+    assert lib.plb_merge_next_deadline(by_callback.m) == 0
+    assert rings[0].tail != rings[0].head                   # released past what was taken only
+    assert by_callback.consume() == want[3:]
+    assert lib.plb_merge_next_deadline(by_callback.m) == lib.PLB_MERGE_NO_DEADLINE
+    assert all(ring.tail == ring.head for ring in rings)
+    assert lib.plb_merge_consume(by_callback.m, ffi.NULL, ffi.NULL, 8, 0) == -errno.EINVAL
 
 
 def test_malformed_records_are_skipped_and_counted() -> None:

@@ -3,7 +3,7 @@
  * libbpf's ring_buffer__consume / perf_buffer__consume, in one process; and
  * the ordered merge's C core (csrc/plb_merge.c) over the same perf rings.
  *
- * usage: bench_c OBJ ringbuf|perfbuf|perfmerge drain|steady|latency SIZE EVENTS
+ * usage: bench_c OBJ ringbuf|perfbuf|perfmerge|perfmerge-fn drain|steady|latency SIZE EVENTS
  *                [min_time_ms=300] [perf_pages=4096] [perf_wakeup=4096] [rate=10000] [chunk=4096]
  *                [interleave=0]
  *
@@ -11,6 +11,9 @@
  *          never perf_buffer__consume) ordered by the event's u64 at offset 8,
  *          with OrderedReader's defaults (5 ms window, 16384 entries and 2 MiB
  *          per drain); each delivered event gets the same check as perfbuf's.
+ * perfmerge-fn: the same merge read with plb_merge_consume: a C callback per
+ *          event with a pointer into the ring, as perf_buffer__consume gives
+ *          perfbuf's (no copy; 16384 entries per consume).
  * interleave=K (drain, perf): fill the CPUs' rings round-robin, K events per
  *          trigger, so timestamps interleave across rings; 0 fills one CPU's
  *          share after the other (each ring's timestamps above the previous
@@ -192,8 +195,35 @@ static int merge_consume(void)
 	}
 }
 
+static int merge_fn(void *ctx, uint32_t ring, uint64_t ts, uint32_t flags, const void *data, uint32_t len)
+{
+	(void)ctx;
+	(void)ring;
+	(void)ts;
+	(void)len;
+	if (!(flags & PLB_MERGE_F_LOST))
+		on_event(data);
+	return 0;
+}
+
+/* perfmerge-fn: merge_consume through the callback. */
+static int merge_consume_fn(void)
+{
+	int total = 0;
+
+	for (;;) {
+		int n = plb_merge_consume(merge, merge_fn, NULL, MERGE_MAX, 0);
+
+		if (n < 0)
+			return n;
+		total += n;
+		if (plb_merge_next_deadline(merge) != 0)
+			return total;
+	}
+}
+
 static struct bpf_object *obj;
-static int prog_fd, is_perf, is_merge, ncpu;
+static int prog_fd, is_perf, is_merge, merge_by_fn, ncpu;
 static uint64_t size;
 
 /* One trigger; returns the number of events emitted (fewer when the ring was full). */
@@ -285,7 +315,8 @@ int main(int argc, char **argv)
 			argv[0]);
 		return 2;
 	}
-	is_merge = !strcmp(argv[2], "perfmerge");
+	merge_by_fn = !strcmp(argv[2], "perfmerge-fn");
+	is_merge = merge_by_fn || !strcmp(argv[2], "perfmerge");
 	is_perf = is_merge || !strcmp(argv[2], "perfbuf");
 	mode = argv[3];
 	latency = !strcmp(mode, "latency");
@@ -372,7 +403,7 @@ int main(int argc, char **argv)
 			t0 = now_ns();
 			c0 = cpu_s();
 			while (st.received < produced) {
-				int n = is_merge ? merge_consume()
+				int n = is_merge ? (merge_by_fn ? merge_consume_fn() : merge_consume())
 					: is_perf ? perf_buffer__consume(pb) : ring_buffer__consume(rb);
 
 				if (n < 0 || st.received == before)
@@ -424,7 +455,7 @@ int main(int argc, char **argv)
 				int ms = plb_merge_poll_timeout_ms(merge);
 
 				n = epoll_wait(perf_buffer__epoll_fd(pb), ev, 64, ms < 0 || ms > 10 ? 10 : ms);
-				n = n < 0 ? -errno : merge_consume();
+				n = n < 0 ? -errno : merge_by_fn ? merge_consume_fn() : merge_consume();
 			} else {
 				n = is_perf ? perf_buffer__poll(pb, 10) : ring_buffer__poll(rb, 10);
 				if (n == 0)   /* a timer poll too: wakeups may be batched */

@@ -257,12 +257,19 @@ struct col {
 	int n;
 };
 
+/* Every test runs twice: draining into arrays (plb_merge_drain), then with
+ * the entries handed to a callback (plb_merge_consume) that copies them into
+ * the same arrays. The callback has no byte limit: it writes into COL_FN_BUF
+ * bytes whatever buf_size the test asked for. */
+static int g_consume;
+#define COL_FN_BUF (1u << 20)
+
 static struct col *col_new(uint64_t buf_size)
 {
 	struct col *c = calloc(1, sizeof(*c));
 
 	CHECK(c);
-	c->buf = malloc(buf_size ? buf_size : 1);
+	c->buf = malloc(buf_size > COL_FN_BUF ? buf_size : COL_FN_BUF);
 	CHECK(c->buf);
 	c->out.buf = c->buf;
 	c->out.buf_size = buf_size;
@@ -280,11 +287,47 @@ static void col_free(struct col *c)
 	free(c);
 }
 
+/* plb_merge_consume's callback: the entry, as plb_merge_drain would write it. */
+static int col_fn(void *ctx, uint32_t ring, uint64_t ts, uint32_t flags, const void *data,
+		  uint32_t len)
+{
+	struct col *c = ctx;
+	uint64_t at = (c->out.used + 7) & ~7ull;
+
+	CHECK(c->n < COL_MAX);
+	if (flags & PLB_MERGE_F_LOST) {
+		CHECK(data == NULL && len == 0);
+		at = 0;
+	} else {
+		CHECK(data != NULL && at + len <= COL_FN_BUF);
+		memcpy(c->buf + at, data, len);
+		c->out.used = at + len;
+	}
+	c->ring[c->n] = ring;
+	c->ts[c->n] = ts;
+	c->flags[c->n] = flags;
+	c->start[c->n] = (uint32_t)at;
+	c->len[c->n] = len;
+	c->n++;
+	return 0;
+}
+
 static int drain(struct plb_merge *m, struct col *c, uint32_t max, uint32_t flags)
 {
 	int i;
 
-	c->n = plb_merge_drain(m, &c->out, max, flags);
+	if (g_consume) {
+		int n;
+
+		c->n = 0;
+		c->out.used = 0;
+		n = plb_merge_consume(m, col_fn, c, max, flags);
+		CHECK(n < 0 ? c->n == 0 : n == c->n);
+		c->n = n;
+		c->out.deadline_ns = plb_merge_next_deadline(m);
+	} else {
+		c->n = plb_merge_drain(m, &c->out, max, flags);
+	}
 	for (i = 0; i < c->n; i++) {
 		CHECK(c->start[i] % 8 == 0);
 		CHECK((uint64_t)c->start[i] + c->len[i] <= c->out.used);
@@ -947,36 +990,132 @@ static void test_output_limits(void)
 		CHECK(fr_sample(&r[i & 1], 0, p, len));
 		fr_publish(&r[i & 1]);
 	}
-	/* A buffer smaller than the first payload (20 bytes): -ENOSPC. */
-	c = col_new(16);
-	CHECK(plb_merge_drain(m, &c->out, 64, 0) == -ENOSPC);
-	CHECK(c->out.need == 20);
-	CHECK(r[0].page->data_tail == 0); /* nothing consumed */
-	col_free(c);
-	/* 64 bytes: 20 at 0, then 52 at 24 does not fit. */
-	c = col_new(64);
-	CHECK(drain(m, c, 64, 0) == 1);
-	CHECK(c->out.deadline_ns == 0);
-	expect(c, 0, 0, 10, 0);
-	col_free(c);
+	if (!g_consume) { /* a callback has no buffer to run out of */
+		/* A buffer smaller than the first payload (20 bytes): -ENOSPC. */
+		c = col_new(16);
+		CHECK(plb_merge_drain(m, &c->out, 64, 0) == -ENOSPC);
+		CHECK(c->out.need == 20);
+		CHECK(r[0].page->data_tail == 0); /* nothing consumed */
+		col_free(c);
+		/* 64 bytes: 20 at 0, then 52 at 24 does not fit. */
+		c = col_new(64);
+		CHECK(drain(m, c, 64, 0) == 1);
+		CHECK(c->out.deadline_ns == 0);
+		expect(c, 0, 0, 10, 0);
+		col_free(c);
+		got = 1;
+	}
 	/* max_records bounds a drain; the rest follows in order. */
 	c = col_new(65536);
 	CHECK(drain(m, c, 2, 0) == 2);
-	expect(c, 0, 1, 11, 0);
-	expect(c, 1, 0, 12, 0);
-	CHECK(c->len[0] == 52 && c->start[1] == 56); /* next 8-aligned start */
+	expect(c, 0, (uint32_t)(got & 1), 10 + (uint64_t)got, 0);
+	expect(c, 1, (uint32_t)(~got & 1), 11 + (uint64_t)got, 0);
+	CHECK(c->len[0] == (got ? 52 : 20) && c->start[1] == (got ? 56 : 24)); /* 8-aligned */
 	CHECK(c->out.deadline_ns == 0);
-	got = 3;
+	got += 2;
 	while (drain(m, c, 1, 0) == 1) {
 		expect(c, 0, (uint32_t)(got & 1), 10 + (uint64_t)got, 0);
 		got++;
 	}
 	CHECK(got == 5);
 	CHECK(c->out.deadline_ns == PLB_MERGE_NO_DEADLINE);
+	CHECK(plb_merge_consume(m, col_fn, c, 0, 0) == -EINVAL);
+	CHECK(plb_merge_consume(m, NULL, c, 8, 0) == -EINVAL);
+	CHECK(plb_merge_consume(m, col_fn, c, 8, 2) == -EINVAL);
+	CHECK(plb_merge_consume(NULL, col_fn, c, 8, 0) == -EINVAL);
 	CHECK(plb_merge_drain(m, &c->out, 0, 0) == -EINVAL);
 	c->out.len = NULL;
 	CHECK(plb_merge_drain(m, &c->out, 8, 0) == -EINVAL);
 	teardown(m, r, 2, c);
+}
+
+/* plb_merge_consume: payloads in place (a pointer into the ring, or into the
+ * merge's scratch copy for the one wrapping the end), and a callback that
+ * stops: the entry it stopped at is taken, the ring released past it, the
+ * deadline 0, and the next consume goes on from there -- also when it stops
+ * at a PERF_RECORD_LOST entry. */
+struct stop_ctx {
+	struct fake_ring *r;
+	const uint8_t *scratch;
+	int calls, stop_at, in_ring, in_scratch;
+	uint32_t ring[8];
+	uint64_t ts[8];
+	uint32_t flags[8];
+};
+
+static int stop_fn(void *ctx, uint32_t ring, uint64_t ts, uint32_t flags, const void *data,
+		   uint32_t len)
+{
+	struct stop_ctx *x = ctx;
+	const uint8_t *p = data;
+
+	CHECK(x->calls < 8);
+	x->ring[x->calls] = ring;
+	x->ts[x->calls] = ts;
+	x->flags[x->calls] = flags;
+	if (!(flags & PLB_MERGE_F_LOST)) {
+		const struct fake_ring *f = &x->r[ring];
+		uint64_t got;
+
+		if (p >= f->data && p + len <= f->data + f->size)
+			x->in_ring++;
+		else if (p == x->scratch)
+			x->in_scratch++;
+		else
+			CHECK(0);
+		memcpy(&got, p, sizeof(got)); /* the payload starts with its ts */
+		CHECK(got == ts);
+	}
+	return ++x->calls == x->stop_at;
+}
+
+static void test_consume(void)
+{
+	struct fake_ring r[2];
+	struct fclock clk = { 100000 };
+	struct plb_merge_config cfg = cfg_offset(&clk, 0);
+	struct plb_merge *m;
+	struct stop_ctx x;
+	uint64_t tail0;
+	int i;
+
+	/* Ring 0 starts 24 bytes before its end: its first record wraps. */
+	fr_init(&r[0], 4096, 4096 - 24);
+	fr_init(&r[1], 4096, 0);
+	m = merge_perf(&cfg, r, 2);
+	for (i = 0; i < 4; i++)
+		CHECK(put_ev(&r[i & 1], 10 + (uint64_t)i, (uint32_t)i, (uint32_t)(i & 1)));
+	CHECK(fr_lost(&r[1], 7));
+	CHECK(put_ev(&r[1], 20, 9, 1));
+	fr_publish(&r[0]);
+	fr_publish(&r[1]);
+
+	memset(&x, 0, sizeof(x));
+	x.r = r;
+	x.scratch = m->scratch;
+	x.stop_at = 2;
+	CHECK(plb_merge_consume(m, stop_fn, &x, 64, 0) == 2);
+	CHECK(plb_merge_next_deadline(m) == 0);
+	CHECK(x.ring[0] == 0 && x.ts[0] == 10 && x.ring[1] == 1 && x.ts[1] == 11);
+	CHECK(x.in_scratch == 1 && x.in_ring == 1); /* ring 0's first record wraps */
+	tail0 = r[0].page->data_tail;
+	CHECK(tail0 > 0 && tail0 < r[0].head); /* past ts 10 only */
+	/* Stop at the LOST entry: ring 1 holds ts 13, then LOST, then ts 20. */
+	x.stop_at = 5;
+	CHECK(plb_merge_consume(m, stop_fn, &x, 64, 0) == 3);
+	CHECK(plb_merge_next_deadline(m) == 0);
+	CHECK(x.ts[2] == 12 && x.ts[3] == 13);
+	CHECK(x.ring[4] == 1 && x.flags[4] == PLB_MERGE_F_LOST && x.ts[4] == 7);
+	CHECK(r[0].page->data_tail == r[0].head);
+	x.stop_at = 0;
+	CHECK(plb_merge_consume(m, stop_fn, &x, 64, 0) == 1);
+	CHECK(x.ring[5] == 1 && x.ts[5] == 20 && x.flags[5] == 0);
+	CHECK(plb_merge_next_deadline(m) == PLB_MERGE_NO_DEADLINE);
+	CHECK(r[1].page->data_tail == r[1].head);
+	CHECK(x.in_ring == 4 && x.in_scratch == 1);
+	plb_merge_free(m);
+	fr_free(&r[0]);
+	fr_free(&r[1]);
 }
 
 /* BPF ring buffers as sources, and mixed with a perf ring. */
@@ -1441,7 +1580,7 @@ static void run_stress(int drop, int use_rb, uint32_t per_ring, uint64_t ring_si
 	col_free(c);
 }
 
-int main(void)
+static void run_all(void)
 {
 	test_config();
 	test_basic_order();
@@ -1461,6 +1600,16 @@ int main(void)
 	run_stress(0, 0, 100000, 4096, 64);
 	run_stress(1, 0, 100000, 1024, 64);
 	run_stress(0, 1, 100000, 4096, 64);
+}
+
+int main(void)
+{
+	printf("drain (copies into arrays):\n");
+	run_all();
+	g_consume = 1;
+	printf("consume (a callback, in place):\n");
+	run_all();
+	test_consume();
 	printf("test_merge: ok\n");
 	return 0;
 }

@@ -50,6 +50,7 @@
 #define BIG_MAX 256          /* entries per "ample" drain */
 #define BIG_BUF (1u << 17)   /* bytes per "ample" drain: any payload fits */
 #define MAX_OPS 256
+#define FN_BUF (1u << 20)    /* consume: what every source can hold, padded */
 
 enum { IT_SAMPLE, IT_LOST, IT_BAD, IT_SKIP };
 
@@ -554,8 +555,47 @@ static void check_stats(void)
 	CHECK(plb_merge_nsources(H.m) == H.n);
 }
 
-/* One plb_merge_drain, checked. Returns its result. */
-static int drain(uint32_t max, size_t bufsz, uint32_t flags)
+/* plb_merge_consume's callback: checks the entry is in place (a LOST entry
+ * has no payload; a sample lies in its ring's memory or is the merge's
+ * scratch copy) and writes it into the plb_merge_out the checks read, as
+ * plb_merge_drain would. Stops the consume at entry stop_at (0: never). */
+struct fn_sink {
+	struct plb_merge_out *o;
+	uint32_t n, max, stop_at;
+};
+
+static int fz_fn(void *ctx, uint32_t ring, uint64_t ts, uint32_t flags, const void *data,
+		 uint32_t len)
+{
+	struct fn_sink *k = ctx;
+	struct plb_merge_out *o = k->o;
+	uint64_t at = 0;
+
+	CHECK(k->n < k->max && ring < H.n);
+	if (flags & PLB_MERGE_F_LOST) {
+		CHECK(data == NULL && len == 0);
+	} else {
+		const struct src *s = &H.src[ring];
+		const uint8_t *p = data, *lo = s->kind == PLB_SRC_PERF ? s->pdata : s->rdata;
+		uint64_t span = s->kind == PLB_SRC_PERF ? s->size : 2 * s->size;
+
+		CHECK(p == H.m->scratch || (p >= lo && (uint64_t)(p - lo) + len <= span));
+		at = (o->used + 7) & ~7ull;
+		CHECK(at + len <= o->buf_size);
+		memcpy(o->buf + at, p, len);
+		o->used = at + len;
+	}
+	o->ring[k->n] = ring;
+	o->ts[k->n] = ts;
+	o->flags[k->n] = flags;
+	o->start[k->n] = (uint32_t)at;
+	o->len[k->n] = len;
+	return ++k->n == k->stop_at;
+}
+
+/* One plb_merge_drain (or, with consume, plb_merge_consume stopping at entry
+ * stop_at), checked. Returns its result. */
+static int drain(uint32_t max, size_t bufsz, uint32_t flags, int consume, uint32_t stop_at)
 {
 	struct plb_merge_out o;
 	uint64_t old[MAX_SRC], prodp[MAX_SRC], end = 0;
@@ -563,6 +603,8 @@ static int drain(uint32_t max, size_t bufsz, uint32_t flags)
 	int rc;
 
 	memset(&o, 0, sizeof(o));
+	if (consume) /* no byte limit: room for everything the rings hold */
+		bufsz = cap = FN_BUF;
 	/* Exact sizes: one entry or byte too many is an ASan report. */
 	o.buf = bufsz ? malloc(bufsz) : NULL;
 	o.buf_size = bufsz;
@@ -577,7 +619,17 @@ static int drain(uint32_t max, size_t bufsz, uint32_t flags)
 		prodp[i] = producer_pos(&H.src[i]);
 	}
 
-	rc = plb_merge_drain(H.m, &o, max, flags);
+	if (consume) {
+		struct fn_sink k = { &o, 0, max, stop_at };
+
+		rc = plb_merge_consume(H.m, fz_fn, &k, max, flags);
+		CHECK(rc == (int)k.n);
+		o.deadline_ns = plb_merge_next_deadline(H.m);
+		if (stop_at && k.n == stop_at)
+			CHECK(o.deadline_ns == 0); /* stopped: call again now */
+	} else {
+		rc = plb_merge_drain(H.m, &o, max, flags);
+	}
 
 	CHECK(rc == -ENOSPC || (rc >= 0 && (uint32_t)rc <= max));
 	CHECK(o.deadline_ns == plb_merge_next_deadline(H.m));
@@ -683,7 +735,8 @@ static void drain_from(struct fz *f, int allow_all)
 	}
 	if (allow_all && (b & 0x20))
 		H.mid_all = 1;
-	drain(max, bufsz, allow_all && (b & 0x20) ? PLB_MERGE_DRAIN_ALL : 0);
+	drain(max, bufsz, allow_all && (b & 0x20) ? PLB_MERGE_DRAIN_ALL : 0, !!(b & 0x40),
+	      (b & 0x40) && (b & 0x18) == 0x08 ? 1 + (fz_u8(f) & 7) : 0);
 }
 
 /* With no new data since the last drain: after PLB_MERGE_NO_DEADLINE nothing
@@ -698,7 +751,7 @@ static void probe(void)
 		return;
 	plb_merge_stats(H.m, &a, NULL, 0);
 	if (d == PLB_MERGE_NO_DEADLINE) {
-		rc = drain(BIG_MAX, BIG_BUF, 0);
+		rc = drain(BIG_MAX, BIG_BUF, 0, 0, 0);
 		plb_merge_stats(H.m, &b, NULL, 0);
 		CHECK(rc == 0 && b.malformed == a.malformed &&
 		      b.dropped_late == a.dropped_late);
@@ -707,7 +760,7 @@ static void probe(void)
 	}
 	if (H.clk.now < d)
 		H.clk.now = d;
-	rc = drain(BIG_MAX, BIG_BUF, 0);
+	rc = drain(BIG_MAX, BIG_BUF, 0, 0, 0);
 	plb_merge_stats(H.m, &b, NULL, 0);
 	CHECK(rc > 0 || b.dropped_late > a.dropped_late);
 }
@@ -1092,7 +1145,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (;;) {
 		int fixed = 0, rc;
 
-		rc = drain(fz_more(&f) ? 1 + fz_u8(&f) : BIG_MAX, BIG_BUF, PLB_MERGE_DRAIN_ALL);
+		rc = drain(fz_more(&f) ? 1 + fz_u8(&f) : BIG_MAX, BIG_BUF, PLB_MERGE_DRAIN_ALL, 0, 0);
 		CHECK(rc >= 0);
 		/* A garbage header with BUSY set blocks its ring: the producer
 		 * "finishes" it. */
