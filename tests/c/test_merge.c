@@ -4,6 +4,8 @@
  * records, malformed records, the pressure valve, wrap-around at every
  * position, output limits, and threaded producers (release stores) whose
  * output must be a stable sort of the input except where flagged late.
+ * Every test runs through plb_merge_drain and again through plb_merge_consume;
+ * test_consume covers what only a callback has (payloads in place, stopping).
  * Unity build: includes the code under test. */
 #include "../../csrc/plb_perfring.c"
 #include "../../csrc/plb_ringbuf.c"

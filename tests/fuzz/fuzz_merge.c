@@ -10,11 +10,14 @@
  * (PERF_RECORD_SAMPLE in the config's layout, PERF_RECORD_LOST, other record
  * types, truncated records, lying raw sizes, BUSY/DISCARD ring buffer records,
  * raw garbage headers), clock steps, and drains with random max_records,
- * buffer sizes and flags.
+ * buffer sizes and flags -- or consumes (plb_merge_consume) whose callback
+ * copies each entry into the same arrays and may stop at any entry.
  * It ends with the producers finishing every record and PLB_MERGE_DRAIN_ALL
  * until nothing is left.
  *
  * What is checked, besides ASan/UBSan on every access:
+ *   - consumes: each payload in place (in its ring's memory, or the merge's
+ *     scratch copy), LOST entries without one, deadline 0 after a stop;
  *   - the output: entries well formed (ring index, flags, 8-aligned ordered
  *     payloads inside buf, out->used), a sample flagged late exactly when its
  *     ts is below the largest ts emitted before it (so the others come out
