@@ -57,7 +57,9 @@ struct plb_merge {
 };
 
 /* The largest perf payload: raw_size lies within one record, whose size is a
- * u16 (perf_event_header.size). */
+ * u16 (perf_event_header.size). The merge keeps its own buffer of that size,
+ * allocated with it, rather than plb_perfring_peek()'s per-ring scratch, which
+ * grows on demand: a consume then has no allocation to fail halfway. */
 #define PLB_SCRATCH_SIZE 65536
 
 /* A PERF_RECORD_SAMPLE parsed in place (sample_inplace()). */
@@ -541,7 +543,7 @@ emit_head(struct plb_merge *m, uint32_t i, int forced, struct plb_drain_ctx *c,
 	struct plb_msrc *s = &m->src[i];
 	struct plb_merge_out *o = c->out;
 	uint64_t ts = s->head_ts, off = 0;
-	uint32_t len = s->head_len;
+	uint32_t len = s->head_len, fl;
 	const uint8_t *p = s->head_ptr;
 	int late = m->have_emitted && ts < m->last_emitted;
 
@@ -584,17 +586,17 @@ emit_head(struct plb_merge *m, uint32_t i, int forced, struct plb_drain_ctx *c,
 		note_late(m, ts);
 	emitted(m, ts, forced);
 	take_head(s);
+	fl = (late ? PLB_MERGE_F_LATE : 0u) | (forced ? PLB_MERGE_F_FORCED : 0u);
 	if (to_fn) {
 		c->n++;
 		/* After the bookkeeping: the callback may end the consume. */
-		if (c->fn(c->fn_ctx, i, ts, (late ? PLB_MERGE_F_LATE : 0u) |
-						(forced ? PLB_MERGE_F_FORCED : 0u), p, len))
+		if (c->fn(c->fn_ctx, i, ts, fl, p, len))
 			c->stopped = 1;
 		return 1;
 	}
 	o->ring[c->n] = i;
 	o->ts[c->n] = ts;
-	o->flags[c->n] = (late ? PLB_MERGE_F_LATE : 0u) | (forced ? PLB_MERGE_F_FORCED : 0u);
+	o->flags[c->n] = fl;
 	o->start[c->n] = (uint32_t)off;
 	o->len[c->n] = len;
 	c->n++;
@@ -602,23 +604,143 @@ emit_head(struct plb_merge *m, uint32_t i, int forced, struct plb_drain_ctx *c,
 	return 1;
 }
 
-/* Deliver one plain sample of a run (perf_run(), perf_pair()) as entry n,
- * its payload at byte at of the output (to_fn 0) or in place to the callback
- * (to_fn 1). Returns nonzero when the callback asks to stop. */
-static inline __attribute__((always_inline)) int
-run_deliver(struct plb_merge_out *o, plb_merge_event_fn fn, void *fn_ctx, uint32_t i,
-	    const struct plb_sample *cur, uint32_t n, uint64_t at, const int to_fn)
+/* The output side of a run (perf_run(), perf_pair()): what emit_head() keeps
+ * in the drain context and the merge, held in locals while the run lasts (the
+ * output stores and the callback cannot alias them, so they stay in
+ * registers) and stored back once by run_end(). */
+struct plb_run {
+	struct plb_merge_out *o;  /* drain */
+	plb_merge_event_fn fn;    /* consume */
+	void *fn_ctx;
+	uint64_t cap;             /* bytes of o->buf (drain) */
+	uint64_t used;
+	uint64_t last;            /* the largest ts emitted: the last one */
+	uint32_t max, n, n0;
+	int stopped;              /* the callback asked to stop */
+};
+
+/* One perf ring in a run: a copy of its cursor, its head, what it emitted. */
+struct plb_run_side {
+	struct plb_perfring pr;
+	struct plb_sample cur;    /* the head */
+	uint64_t tail;            /* past the last record emitted (the ring's
+				     tail while none is: positions only grow) */
+	uint64_t last;            /* ts of the last record emitted */
+	uint32_t idx;             /* source index */
+};
+
+static inline __attribute__((always_inline)) void
+run_begin(struct plb_run *r, const struct plb_merge *m, const struct plb_drain_ctx *c)
 {
-	if (to_fn)
-		return fn(fn_ctx, i, cur->ts, 0, cur->payload, cur->len) != 0;
-	if (cur->len)
-		copy_payload(o->buf + at, cur->payload, cur->len);
-	o->ring[n] = i;
-	o->ts[n] = cur->ts;
-	o->flags[n] = 0;
-	o->start[n] = (uint32_t)at;
-	o->len[n] = cur->len;
-	return 0;
+	r->o = c->out;
+	r->fn = c->fn;
+	r->fn_ctx = c->fn_ctx;
+	r->cap = c->cap;
+	r->used = c->used;
+	r->last = m->have_emitted ? m->last_emitted : 0;
+	r->max = c->max;
+	r->n = r->n0 = c->n;
+	r->stopped = 0;
+}
+
+/* What emit_head() records in the merge and the context, once for the run. */
+static inline __attribute__((always_inline)) void
+run_end(struct plb_merge *m, struct plb_drain_ctx *c, const struct plb_run *r, const int to_fn)
+{
+	m->last_emitted = r->last;
+	m->have_emitted = m->have_emitted || r->n != r->n0;
+	m->st.emitted += r->n - r->n0;
+	c->n = r->n;
+	if (!to_fn)
+		c->used = r->used;
+	if (r->stopped)
+		c->stopped = 1;
+}
+
+static inline __attribute__((always_inline)) void
+side_begin(struct plb_run_side *x, const struct plb_merge *m, uint32_t i)
+{
+	const struct plb_msrc *s = &m->src[i];
+
+	x->pr = s->pr;
+	x->cur = (struct plb_sample){ s->head_ptr, s->head_at, s->head_next, s->head_ts,
+				      s->head_len };
+	x->tail = s->pr.tail;
+	x->last = 0;
+	x->idx = i;
+}
+
+/* What take_head() records for the side's ring, once for the run; and its
+ * head, when head_valid (else fill_head() is to find it). */
+static inline __attribute__((always_inline)) void
+side_end(struct plb_merge *m, const struct plb_run_side *x, int head_valid)
+{
+	struct plb_msrc *s = &m->src[x->idx];
+
+	if (x->tail != s->pr.tail) { /* it emitted */
+		s->pr.tail = x->tail;
+		s->prev_ts = s->max_ts = x->last; /* each ts taken was >= all before */
+		s->have_prev = 1;
+	}
+	if (head_valid)
+		set_head_inplace(m, s, &x->cur);
+}
+
+/* The side's head is in place in the ring and neither late nor an inversion. */
+static inline __attribute__((always_inline)) int
+side_plain(const struct plb_run_side *x, const struct plb_run *r)
+{
+	return x->cur.payload && x->cur.ts >= r->last;
+}
+
+/* The output has room for one more entry of len payload bytes, which would
+ * start at *at. */
+static inline __attribute__((always_inline)) int
+run_room(const struct plb_run *r, uint32_t len, uint64_t *at, const int to_fn)
+{
+	*at = to_fn ? 0 : PLB_ALIGN8(r->used);
+	return r->n < r->max && (to_fn || *at + len <= r->cap);
+}
+
+/* One step of a run for side x: emit its head if it sorts below bound and
+ * the output has room -- copied at byte at of the output (to_fn 0) or in
+ * place to the callback (to_fn 1) -- then parse that ring's next record.
+ * Returns 0 to go on; 1: stopped with x's head valid (not below bound, out of
+ * room, or the next record is below the last emitted: late, for the general
+ * path to flag); 2: stopped with x's head for fill_head() to find (not the
+ * plain case, or the callback stopped). */
+static inline __attribute__((always_inline)) int
+run_take(struct plb_run_side *x, const struct plb_sample_layout *lay,
+	 const struct plb_front *bound, struct plb_run *r, const int to_fn)
+{
+	struct plb_merge_out *o = r->o;
+	const struct plb_sample *cur = &x->cur;
+	uint64_t at;
+
+	if (!key_below(cur->ts, x->idx, bound) || !run_room(r, cur->len, &at, to_fn))
+		return 1;
+	r->last = x->last = cur->ts;
+	x->tail = cur->next;
+	if (to_fn) {
+		r->n++;
+		if (r->fn(r->fn_ctx, x->idx, cur->ts, 0, cur->payload, cur->len)) {
+			r->stopped = 1;
+			return 2;
+		}
+	} else {
+		if (cur->len)
+			copy_payload(o->buf + at, cur->payload, cur->len);
+		o->ring[r->n] = x->idx;
+		o->ts[r->n] = cur->ts;
+		o->flags[r->n] = 0;
+		o->start[r->n] = (uint32_t)at;
+		o->len[r->n] = cur->len;
+		r->n++;
+		r->used = at + cur->len;
+	}
+	if (!sample_inplace(lay, &x->pr, x->tail, &x->cur))
+		return 2;
+	return x->cur.ts < r->last;
 }
 
 /* The merge's hot loop, for a perf source at the top (not forced): emits its
@@ -630,184 +752,76 @@ run_deliver(struct plb_merge_out *o, plb_merge_event_fn fn, void *fn_ctx, uint32
  * what emit_head() then fill_head() would emit; it only keeps the cursor, the
  * output position and the counters in registers, and parses each record
  * once. Plain loads: everything read lies below the head acquire-loaded by
- * plb_perfring_refresh() in this pass. to_fn as for emit_head(): the records
- * go to the callback, in place, and the merge's counters are brought up to
- * date when the run ends (the callback may not look at them).
+ * plb_perfring_refresh() in this pass. to_fn as for emit_head().
  * Returns -1: the head itself is not plain (nothing done; use emit_head());
  * 1: stopped at a well-formed contiguous sample, now s's head; 0: stopped at
  * anything else (or by the callback), left at the tail for fill_head(). */
 static inline __attribute__((always_inline)) int
-perf_run(struct plb_merge *m, struct plb_msrc *s, uint32_t i, const struct plb_front *bound,
+perf_run(struct plb_merge *m, uint32_t i, const struct plb_front *bound,
 	 struct plb_drain_ctx *c, const int to_fn)
 {
-	/* Local copies: the output stores and the callback cannot alias them,
-	 * so the loop keeps them in registers. */
 	const struct plb_sample_layout lay = m->lay;
-	const struct plb_perfring pr = s->pr;
-	struct plb_merge_out *o = c->out;
-	const plb_merge_event_fn fn = c->fn;
-	void *const fn_ctx = c->fn_ctx;
-	const uint64_t bound_ts = bound->ts, cap = to_fn ? UINT64_MAX : c->cap;
-	const uint32_t max = c->max;
-	const int tie_ok = i < bound->idx; /* equal ts: the lower index first */
-	struct plb_sample cur = { s->head_ptr, s->head_at, s->head_next, s->head_ts, s->head_len };
-	uint64_t tail, last = m->have_emitted ? m->last_emitted : 0, used = c->used;
-	uint64_t at = to_fn ? 0 : PLB_ALIGN8(used);
-	uint32_t n = c->n, n0 = c->n;
-	int ret = 0;
+	struct plb_run r;
+	struct plb_run_side a;
+	uint64_t at;
+	int ret;
 
-	if (!cur.payload || cur.ts < last || n >= max || at + cur.len > cap)
+	run_begin(&r, m, c);
+	side_begin(&a, m, i);
+	if (!side_plain(&a, &r) || !run_room(&r, a.cur.len, &at, to_fn))
 		return -1;
-	for (;;) {
-		/* Emit the record parsed last (the head, first). */
-		last = cur.ts;
-		tail = cur.next;
-		used = at + cur.len;
-		if (run_deliver(o, fn, fn_ctx, i, &cur, n++, at, to_fn)) {
-			c->stopped = 1;
-			break;
-		}
-
-		/* Parse the next one; stop at anything but the plain case. */
-		if (!sample_inplace(&lay, &pr, tail, &cur))
-			break;
-		if (!to_fn)
-			at = PLB_ALIGN8(used);
-		if (cur.ts < last || cur.ts > bound_ts || (cur.ts == bound_ts && !tie_ok) ||
-		    n >= max || at + cur.len > cap) {
-			ret = 1; /* a well-formed head that the general path handles */
-			break;
-		}
-	}
-	/* What emit_head() and take_head() record, once for the run. */
-	s->pr.tail = tail;
-	s->prev_ts = s->max_ts = last; /* every ts taken was >= all before it */
-	s->have_prev = 1;
-	m->last_emitted = last;
-	m->have_emitted = 1;
-	m->st.emitted += n - n0;
-	c->n = n;
-	if (!to_fn)
-		c->used = used;
-	if (ret)
-		set_head_inplace(m, s, &cur);
-	return ret;
-}
-
-/* One side of perf_pair(): a perf ring, its head and what it has emitted. */
-struct plb_pair_side {
-	struct plb_perfring pr;  /* a copy: the cursor fields the loop reads */
-	struct plb_sample cur;   /* the head */
-	uint64_t tail;           /* past the last record emitted */
-	uint64_t last;           /* ts of the last record emitted */
-	uint32_t idx;            /* source index */
-	uint32_t taken;          /* records emitted */
-};
-
-/* perf_pair()'s step for the side holding the smaller head: emit it if the
- * rule and the output allow, then parse that ring's next record. Returns 0
- * to go on; 1: stopped with x's head valid (not below bound, out of room, or
- * the next record is below *last); 2: stopped with x's head to be found by
- * fill_head() (not the plain case, or the callback stopped). */
-static inline __attribute__((always_inline)) int
-pair_take(struct plb_pair_side *x, const struct plb_sample_layout *lay,
-	  const struct plb_front *bound, struct plb_merge_out *o, plb_merge_event_fn fn,
-	  void *fn_ctx, uint32_t *n, uint32_t max, uint64_t *used, uint64_t cap, uint64_t *last,
-	  int *stopped, const int to_fn)
-{
-	uint64_t at = to_fn ? 0 : PLB_ALIGN8(*used);
-
-	if (!key_below(x->cur.ts, x->idx, bound) || *n >= max || at + x->cur.len > cap)
-		return 1;
-	*last = x->last = x->cur.ts;
-	x->tail = x->cur.next;
-	x->taken++;
-	if (!to_fn)
-		*used = at + x->cur.len;
-	if (run_deliver(o, fn, fn_ctx, x->idx, &x->cur, (*n)++, at, to_fn)) {
-		*stopped = 1;
-		return 2;
-	}
-	if (!sample_inplace(lay, &x->pr, x->tail, &x->cur))
-		return 2;
-	return x->cur.ts < *last; /* late: the general path flags and counts it */
+	while (!(ret = run_take(&a, &lay, bound, &r, to_fn)))
+		;
+	side_end(m, &a, ret == 1);
+	run_end(m, c, &r, to_fn);
+	return ret == 1;
 }
 
 /* The hot loop when records interleave: the top a = heap[0] and the next
- * smallest head b = heap[pb], both perf rings with plain heads not below the
- * last emitted ts. Emits the smaller of the two heads, in key order, while it
- * sorts below bound (the frontier and every other waiting head) and each next
- * record is the plain case -- exactly what the general path would emit, with
- * both cursors in registers and one predictable branch per record instead of
- * a heap step. Then puts the side it stopped at (x, returned in *top) at the
- * root and the other at pb, restoring the heap below pb; the caller settles
- * the root as after perf_run(). Returns -1: not applicable (nothing done);
- * 1: x's head is valid; 0: x's head is for fill_head() to find. */
+ * smallest head b = heap[pb], both perf rings with plain heads. Emits the
+ * smaller of the two heads, in key order, while it sorts below bound (the
+ * frontier and every other waiting head) and each next record is the plain
+ * case -- exactly what the general path would emit, with both cursors in
+ * registers and one predictable branch per record instead of a heap step.
+ * Then puts the side it stopped at (x, returned in *top) at the root and the
+ * other at pb, restoring the heap below pb; the caller settles the root as
+ * after perf_run(). Returns -1: not applicable (nothing done); 1: x's head
+ * is valid; 0: x's head is for fill_head() to find. */
 static inline __attribute__((always_inline)) int
 perf_pair(struct plb_merge *m, uint32_t pb, const struct plb_front *bound,
 	  struct plb_drain_ctx *c, uint32_t *top, const int to_fn)
 {
-	struct plb_msrc *sa = &m->src[m->heap[0]], *sb = &m->src[m->heap[pb]];
 	const struct plb_sample_layout lay = m->lay;
-	struct plb_merge_out *o = c->out;
-	const plb_merge_event_fn fn = c->fn;
-	void *const fn_ctx = c->fn_ctx;
-	const uint64_t cap = to_fn ? UINT64_MAX : c->cap;
-	const uint32_t max = c->max;
-	uint64_t last = m->have_emitted ? m->last_emitted : 0, used = c->used;
-	uint32_t n = c->n, n0 = c->n;
-	int stopped = 0, ret;
-	struct plb_pair_side a = {
-		sa->pr, { sa->head_ptr, sa->head_at, sa->head_next, sa->head_ts, sa->head_len },
-		0, 0, m->heap[0], 0 };
-	struct plb_pair_side b = {
-		sb->pr, { sb->head_ptr, sb->head_at, sb->head_next, sb->head_ts, sb->head_len },
-		0, 0, m->heap[pb], 0 };
-	struct plb_pair_side *x;
+	struct plb_run r;
+	struct plb_run_side a, b, *x;
+	uint64_t at;
+	int ret;
 
-	if (sa->kind != PLB_SRC_PERF || sb->kind != PLB_SRC_PERF || !a.cur.payload ||
-	    !b.cur.payload || a.cur.ts < last || b.cur.ts < last || n >= max ||
-	    (!to_fn && PLB_ALIGN8(used) + a.cur.len > cap))
+	if (m->src[m->heap[0]].kind != PLB_SRC_PERF || m->src[m->heap[pb]].kind != PLB_SRC_PERF)
+		return -1;
+	run_begin(&r, m, c);
+	side_begin(&a, m, m->heap[0]);
+	side_begin(&b, m, m->heap[pb]);
+	if (!side_plain(&a, &r) || !side_plain(&b, &r) || !run_room(&r, a.cur.len, &at, to_fn))
 		return -1;
 	/* a sorts below b: the first step emits a's head. */
-	for (;;) {
+	do {
+		/* Two calls, not one through a selected pointer: each side's
+		 * state then stays in its own registers and the branch is
+		 * predicted, where a select would chain every record's loads
+		 * to the previous comparison (about 4x slower interleaved). */
 		if (key_below(a.cur.ts, a.idx, &(struct plb_front){ b.cur.ts, b.idx })) {
 			x = &a;
-			ret = pair_take(&a, &lay, bound, o, fn, fn_ctx, &n, max, &used, cap, &last,
-					&stopped, to_fn);
+			ret = run_take(&a, &lay, bound, &r, to_fn);
 		} else {
 			x = &b;
-			ret = pair_take(&b, &lay, bound, o, fn, fn_ctx, &n, max, &used, cap, &last,
-					&stopped, to_fn);
+			ret = run_take(&b, &lay, bound, &r, to_fn);
 		}
-		if (ret)
-			break;
-	}
-	/* What emit_head() and take_head() record, once per side. */
-	if (a.taken) {
-		sa->pr.tail = a.tail;
-		sa->prev_ts = sa->max_ts = a.last; /* each ts taken was >= all before */
-		sa->have_prev = 1;
-	}
-	if (b.taken) {
-		sb->pr.tail = b.tail;
-		sb->prev_ts = sb->max_ts = b.last;
-		sb->have_prev = 1;
-	}
-	m->last_emitted = last;
-	m->have_emitted = m->have_emitted || n != n0;
-	m->st.emitted += n - n0;
-	c->n = n;
-	if (!to_fn)
-		c->used = used;
-	if (stopped)
-		c->stopped = 1;
-	/* The other side's head is whole (parsed, not yet emitted); x's too
-	 * unless it is left for fill_head(). */
-	if (x != &a || ret == 1)
-		set_head_inplace(m, sa, &a.cur);
-	if (x != &b || ret == 1)
-		set_head_inplace(m, sb, &b.cur);
+	} while (!ret);
+	/* The other side's head is whole (parsed, not yet emitted). */
+	side_end(m, &a, x != &a || ret == 1);
+	side_end(m, &b, x != &b || ret == 1);
+	run_end(m, c, &r, to_fn);
 	m->heap[0] = x->idx;
 	m->heap[pb] = x == &a ? b.idx : a.idx;
 	heap_sift_down(m, pb); /* that key may have grown past its children's */
@@ -895,6 +909,7 @@ drain_passes(struct plb_merge *m, struct plb_drain_ctx *c, int all, const int to
 			uint32_t i = m->heap[0];
 			struct plb_msrc *s = &m->src[i];
 			struct plb_front bound = { UINT64_MAX, UINT32_MAX };
+			uint32_t pb; /* the heap position of the next smallest head */
 			int forced = 0, r;
 
 			/* The top's key (ts, i) must be below every empty
@@ -917,8 +932,8 @@ drain_passes(struct plb_merge *m, struct plb_drain_ctx *c, int all, const int to
 			 * the next smallest head (pb), bounded by the frontier
 			 * and every other head -- by the heap's order, the other
 			 * child of the root and pb's children. */
+			pb = m->nheap > 2 && head_less(m, m->heap[2], m->heap[1]) ? 2 : 1;
 			if (!forced && m->nheap > 1) {
-				uint32_t pb = m->nheap > 2 && head_less(m, m->heap[2], m->heap[1]) ? 2 : 1;
 				struct plb_front b3 = bound;
 				uint32_t k;
 
@@ -939,16 +954,11 @@ drain_passes(struct plb_merge *m, struct plb_drain_ctx *c, int all, const int to
 			 * frontier), it is the next top: emit it without touching
 			 * the heap. A forced emission takes one record, then the
 			 * rule is asked again. */
-			if (m->nheap > 1) {
-				uint32_t j = m->heap[1];
-
-				if (m->nheap > 2 && head_less(m, m->heap[2], j))
-					j = m->heap[2];
-				front_min(&bound, m->src[j].head_ts, j);
-			}
+			if (m->nheap > 1)
+				front_min(&bound, m->src[m->heap[pb]].head_ts, m->heap[pb]);
 			do {
 				if (s->kind == PLB_SRC_PERF && !forced &&
-				    (r = perf_run(m, s, i, &bound, c, to_fn)) >= 0) {
+				    (r = perf_run(m, i, &bound, c, to_fn)) >= 0) {
 					if (r == 0)
 						r = fill_head(m, i, c);
 					continue; /* to the loop's test */

@@ -176,25 +176,6 @@ static int merge_open(struct perf_buffer *pb)
 	return merge && mout.buf && mout.ring && mout.ts && mout.flags && mout.start && mout.len ? 0 : -1;
 }
 
-/* Drain everything the rule lets out now; returns the entries delivered or a negative error. */
-static int merge_consume(void)
-{
-	int total = 0;
-
-	for (;;) {
-		int n = plb_merge_drain(merge, &mout, MERGE_MAX, 0);
-
-		if (n < 0)
-			return n;
-		for (int i = 0; i < n; i++)
-			if (!(mout.flags[i] & PLB_MERGE_F_LOST))
-				on_event(mout.buf + mout.start[i]);
-		total += n;
-		if (mout.deadline_ns != 0)   /* 0: the output filled up, call again */
-			return total;
-	}
-}
-
 static int merge_fn(void *ctx, uint32_t ring, uint64_t ts, uint32_t flags, const void *data, uint32_t len)
 {
 	(void)ctx;
@@ -206,18 +187,23 @@ static int merge_fn(void *ctx, uint32_t ring, uint64_t ts, uint32_t flags, const
 	return 0;
 }
 
-/* perfmerge-fn: merge_consume through the callback. */
-static int merge_consume_fn(void)
+/* Take everything the rule lets out now, through plb_merge_consume (perfmerge-fn) or
+ * plb_merge_drain; returns the entries delivered or a negative error. */
+static int merge_consume(int by_fn)
 {
 	int total = 0;
 
 	for (;;) {
-		int n = plb_merge_consume(merge, merge_fn, NULL, MERGE_MAX, 0);
+		int n = by_fn ? plb_merge_consume(merge, merge_fn, NULL, MERGE_MAX, 0)
+			      : plb_merge_drain(merge, &mout, MERGE_MAX, 0);
 
 		if (n < 0)
 			return n;
+		for (int i = 0; !by_fn && i < n; i++)
+			if (!(mout.flags[i] & PLB_MERGE_F_LOST))
+				on_event(mout.buf + mout.start[i]);
 		total += n;
-		if (plb_merge_next_deadline(merge) != 0)
+		if (plb_merge_next_deadline(merge) != 0)   /* 0: the output filled up, call again */
 			return total;
 	}
 }
@@ -403,7 +389,7 @@ int main(int argc, char **argv)
 			t0 = now_ns();
 			c0 = cpu_s();
 			while (st.received < produced) {
-				int n = is_merge ? (merge_by_fn ? merge_consume_fn() : merge_consume())
+				int n = is_merge ? merge_consume(merge_by_fn)
 					: is_perf ? perf_buffer__consume(pb) : ring_buffer__consume(rb);
 
 				if (n < 0 || st.received == before)
@@ -455,7 +441,7 @@ int main(int argc, char **argv)
 				int ms = plb_merge_poll_timeout_ms(merge);
 
 				n = epoll_wait(perf_buffer__epoll_fd(pb), ev, 64, ms < 0 || ms > 10 ? 10 : ms);
-				n = n < 0 ? -errno : merge_by_fn ? merge_consume_fn() : merge_consume();
+				n = n < 0 ? -errno : merge_consume(merge_by_fn);
 			} else {
 				n = is_perf ? perf_buffer__poll(pb, 10) : ring_buffer__poll(rb, 10);
 				if (n == 0)   /* a timer poll too: wakeups may be batched */
