@@ -37,6 +37,8 @@ struct plb_msrc {
  * merge reads, from the start of the record (fixed by the config). */
 struct plb_sample_layout {
 	uint32_t raw_off; /* the u32 raw_size; the raw data follows it */
+	uint64_t min_size; /* raw_off + 4 + ts_need: the least record size holding
+			      a sample with its timestamp */
 	uint64_t ts_at;   /* the u64 timestamp: PERF_SAMPLE_TIME, or ts_offset into
 			     the raw data (64 bits: any u32 offset plus raw_off) */
 	uint64_t ts_need; /* the least raw_size that holds it (0: kernel time) */
@@ -614,20 +616,108 @@ struct plb_run {
 	void *fn_ctx;
 	uint64_t cap;             /* bytes of o->buf (drain) */
 	uint64_t used;
-	uint64_t last;            /* the largest ts emitted: the last one */
+	uint64_t last;            /* the largest ts emitted before the run */
 	uint32_t max, n, n0;
 	int stopped;              /* the callback asked to stop */
 };
 
-/* One perf ring in a run: a copy of its cursor, its head, what it emitted. */
-struct plb_run_side {
-	struct plb_perfring pr;
-	struct plb_sample cur;    /* the head */
-	uint64_t tail;            /* past the last record emitted (the ring's
-				     tail while none is: positions only grow) */
-	uint64_t last;            /* ts of the last record emitted */
-	uint32_t idx;             /* source index */
+/* One perf ring in a run, as a span of the mapping: the records from rec up
+ * to end lie published (below the head acquire-loaded in this pass) and
+ * contiguous (before the end of the ring), so the run walks them with a
+ * pointer and one bounds check per record; the ring position follows from
+ * how far rec moved. */
+struct plb_span {
+	const uint8_t *rec;  /* the head's record */
+	const uint8_t *next; /* just past it */
+	const uint8_t *end;
+	const uint8_t *rec0; /* rec when the run began, at ring position pr.tail */
+	uint64_t ts;         /* the head's timestamp */
+	uint64_t last;       /* that of the last record emitted (if rec moved) */
+	uint64_t lim;        /* the head may be emitted while ts <= lim: its key
+				(ts, idx) then sorts below the run's bound */
+	uint32_t idx;        /* source index */
 };
+
+/* The record at p, before end, is the plain case: a PERF_RECORD_SAMPLE of
+ * the configured layout lying whole before end. Sets *ts and *next (past it);
+ * 0 for anything else, for the general path to handle and count. The checks
+ * of sample_inplace(), folded: end bounds what is published and contiguous,
+ * and min_size covers h.size >= sizeof(h) and a raw_size field inside the
+ * record, so one unsigned comparison is left for raw_size (it must hold the
+ * timestamp and fit the record; below ts_need the difference wraps to a huge
+ * value). */
+static inline __attribute__((always_inline)) int
+span_parse(const struct plb_sample_layout *lay, const uint8_t *p, const uint8_t *end,
+	   uint64_t *ts, const uint8_t **next)
+{
+	struct perf_event_header h;
+	uint32_t raw_size;
+
+	if (end - p < (ptrdiff_t)sizeof(h))
+		return 0;
+	memcpy(&h, p, sizeof(h));
+	if (h.type != PERF_RECORD_SAMPLE || (h.size & 7) || h.size < lay->min_size ||
+	    h.size > end - p)
+		return 0;
+	memcpy(&raw_size, p + lay->raw_off, sizeof(raw_size));
+	if ((uint64_t)raw_size - lay->ts_need > h.size - lay->min_size)
+		return 0;
+	memcpy(ts, p + lay->ts_at, sizeof(*ts));
+	*next = p + h.size;
+	return 1;
+}
+
+/* Start a span over source i's ring at its head, for a run bounded by
+ * bound. 0 when the fast path does not apply: not a perf ring, a head that
+ * is not plain in place, or one that no key below bound can be. */
+static inline __attribute__((always_inline)) int
+span_begin(struct plb_span *x, const struct plb_merge *m, uint32_t i,
+	   const struct plb_front *bound)
+{
+	const struct plb_msrc *s = &m->src[i];
+	const struct plb_perfring *pr = &s->pr;
+	uint64_t avail, off;
+
+	if (s->kind != PLB_SRC_PERF || (bound->ts == 0 && i >= bound->idx))
+		return 0;
+	avail = pr->head - pr->tail;
+	off = pr->tail & pr->mask;
+	if (avail > pr->size)
+		return 0;
+	x->rec = x->rec0 = pr->data + off;
+	x->end = x->rec + (avail < pr->size - off ? avail : pr->size - off);
+	x->last = 0;
+	/* key_below(ts, i, bound), as one comparison per record. */
+	x->lim = bound->ts - (i >= bound->idx);
+	x->idx = i;
+	return span_parse(&m->lay, x->rec, x->end, &x->ts, &x->next);
+}
+
+/* Store what the run took from x's ring (what take_head() records, once)
+ * and, when head_valid, its head as the span holds it (else fill_head() is
+ * to find it). Returns head_valid. */
+static inline __attribute__((always_inline)) int
+span_end(struct plb_merge *m, const struct plb_span *x, const struct plb_sample_layout *lay,
+	 int head_valid)
+{
+	struct plb_msrc *s = &m->src[x->idx];
+	struct plb_sample smp;
+
+	if (x->rec != x->rec0) { /* it emitted */
+		s->pr.tail += (uint64_t)(x->rec - x->rec0);
+		s->prev_ts = s->max_ts = x->last; /* each ts taken was >= all before */
+		s->have_prev = 1;
+	}
+	if (head_valid) {
+		smp.payload = x->rec + lay->raw_off + sizeof(smp.len);
+		smp.at = s->pr.tail + lay->raw_off + sizeof(smp.len);
+		smp.next = s->pr.tail + (uint64_t)(x->next - x->rec);
+		smp.ts = x->ts;
+		memcpy(&smp.len, x->rec + lay->raw_off, sizeof(smp.len));
+		set_head_inplace(m, s, &smp);
+	}
+	return head_valid;
+}
 
 static inline __attribute__((always_inline)) void
 run_begin(struct plb_run *r, const struct plb_merge *m, const struct plb_drain_ctx *c)
@@ -643,12 +733,16 @@ run_begin(struct plb_run *r, const struct plb_merge *m, const struct plb_drain_c
 	r->stopped = 0;
 }
 
-/* What emit_head() records in the merge and the context, once for the run. */
+/* What emit_head() records in the merge and the context, once for the run;
+ * last: the ts of the last record emitted, if any. */
 static inline __attribute__((always_inline)) void
-run_end(struct plb_merge *m, struct plb_drain_ctx *c, const struct plb_run *r, const int to_fn)
+run_end(struct plb_merge *m, struct plb_drain_ctx *c, const struct plb_run *r, uint64_t last,
+	const int to_fn)
 {
-	m->last_emitted = r->last;
-	m->have_emitted = m->have_emitted || r->n != r->n0;
+	if (r->n != r->n0) {
+		m->last_emitted = last;
+		m->have_emitted = 1;
+	}
 	m->st.emitted += r->n - r->n0;
 	c->n = r->n;
 	if (!to_fn)
@@ -657,90 +751,61 @@ run_end(struct plb_merge *m, struct plb_drain_ctx *c, const struct plb_run *r, c
 		c->stopped = 1;
 }
 
-static inline __attribute__((always_inline)) void
-side_begin(struct plb_run_side *x, const struct plb_merge *m, uint32_t i)
-{
-	const struct plb_msrc *s = &m->src[i];
-
-	x->pr = s->pr;
-	x->cur = (struct plb_sample){ s->head_ptr, s->head_at, s->head_next, s->head_ts,
-				      s->head_len };
-	x->tail = s->pr.tail;
-	x->last = 0;
-	x->idx = i;
-}
-
-/* What take_head() records for the side's ring, once for the run; and its
- * head, when head_valid (else fill_head() is to find it). */
-static inline __attribute__((always_inline)) void
-side_end(struct plb_merge *m, const struct plb_run_side *x, int head_valid)
-{
-	struct plb_msrc *s = &m->src[x->idx];
-
-	if (x->tail != s->pr.tail) { /* it emitted */
-		s->pr.tail = x->tail;
-		s->prev_ts = s->max_ts = x->last; /* each ts taken was >= all before */
-		s->have_prev = 1;
-	}
-	if (head_valid)
-		set_head_inplace(m, s, &x->cur);
-}
-
-/* The side's head is in place in the ring and neither late nor an inversion. */
+/* The output has room for x's head. */
 static inline __attribute__((always_inline)) int
-side_plain(const struct plb_run_side *x, const struct plb_run *r)
+run_room(const struct plb_run *r, const struct plb_span *x, const struct plb_sample_layout *lay,
+	 const int to_fn)
 {
-	return x->cur.payload && x->cur.ts >= r->last;
+	uint32_t len;
+
+	if (to_fn)
+		return r->n < r->max;
+	memcpy(&len, x->rec + lay->raw_off, sizeof(len));
+	return r->n < r->max && PLB_ALIGN8(r->used) + len <= r->cap;
 }
 
-/* The output has room for one more entry of len payload bytes, which would
- * start at *at. */
-static inline __attribute__((always_inline)) int
-run_room(const struct plb_run *r, uint32_t len, uint64_t *at, const int to_fn)
-{
-	*at = to_fn ? 0 : PLB_ALIGN8(r->used);
-	return r->n < r->max && (to_fn || *at + len <= r->cap);
-}
-
-/* One step of a run for side x: emit its head if it sorts below bound and
- * the output has room -- copied at byte at of the output (to_fn 0) or in
+/* One step of a run for side x: emit its head if its key sorts below the
+ * run's bound and the output has room -- copied to the output (to_fn 0) or in
  * place to the callback (to_fn 1) -- then parse that ring's next record.
- * Returns 0 to go on; 1: stopped with x's head valid (not below bound, out of
- * room, or the next record is below the last emitted: late, for the general
- * path to flag); 2: stopped with x's head for fill_head() to find (not the
- * plain case, or the callback stopped). */
+ * Returns 0 to go on; 1: stopped with x's head valid (not below the bound,
+ * out of room, or the next record is below the last emitted: late or an
+ * inversion, for the general path to flag); 2: stopped with x's head for
+ * fill_head() to find (not the plain case, or the callback stopped). */
 static inline __attribute__((always_inline)) int
-run_take(struct plb_run_side *x, const struct plb_sample_layout *lay,
-	 const struct plb_front *bound, struct plb_run *r, const int to_fn)
+span_take(struct plb_span *x, const struct plb_sample_layout *lay, struct plb_run *r,
+	  const int to_fn)
 {
-	struct plb_merge_out *o = r->o;
-	const struct plb_sample *cur = &x->cur;
-	uint64_t at;
+	const uint8_t *payload = x->rec + lay->raw_off + sizeof(uint32_t);
+	uint32_t len;
+	uint64_t ts;
 
-	if (!key_below(cur->ts, x->idx, bound) || !run_room(r, cur->len, &at, to_fn))
+	if (x->ts > x->lim || !run_room(r, x, lay, to_fn))
 		return 1;
-	r->last = x->last = cur->ts;
-	x->tail = cur->next;
+	memcpy(&len, x->rec + lay->raw_off, sizeof(len));
 	if (to_fn) {
 		r->n++;
-		if (r->fn(r->fn_ctx, x->idx, cur->ts, 0, cur->payload, cur->len)) {
+		if (r->fn(r->fn_ctx, x->idx, x->ts, 0, payload, len))
 			r->stopped = 1;
-			return 2;
-		}
 	} else {
-		if (cur->len)
-			copy_payload(o->buf + at, cur->payload, cur->len);
+		struct plb_merge_out *o = r->o;
+		uint64_t at = PLB_ALIGN8(r->used);
+
+		if (len)
+			copy_payload(o->buf + at, payload, len);
 		o->ring[r->n] = x->idx;
-		o->ts[r->n] = cur->ts;
+		o->ts[r->n] = x->ts;
 		o->flags[r->n] = 0;
 		o->start[r->n] = (uint32_t)at;
-		o->len[r->n] = cur->len;
+		o->len[r->n] = len;
 		r->n++;
-		r->used = at + cur->len;
+		r->used = at + len;
 	}
-	if (!sample_inplace(lay, &x->pr, x->tail, &x->cur))
+	x->last = x->ts;
+	x->rec = x->next;
+	if ((to_fn && r->stopped) || !span_parse(lay, x->rec, x->end, &ts, &x->next))
 		return 2;
-	return x->cur.ts < r->last;
+	x->ts = ts;
+	return ts < x->last;
 }
 
 /* The merge's hot loop, for a perf source at the top (not forced): emits its
@@ -753,28 +818,28 @@ run_take(struct plb_run_side *x, const struct plb_sample_layout *lay,
  * output position and the counters in registers, and parses each record
  * once. Plain loads: everything read lies below the head acquire-loaded by
  * plb_perfring_refresh() in this pass. to_fn as for emit_head().
- * Returns -1: the head itself is not plain (nothing done; use emit_head());
- * 1: stopped at a well-formed contiguous sample, now s's head; 0: stopped at
- * anything else (or by the callback), left at the tail for fill_head(). */
+ * Returns -1: the head itself is not plain or has no room (nothing done; use
+ * emit_head()); 1: stopped with s's head valid; 0: stopped with it for
+ * fill_head() to find (or by the callback). */
 static inline __attribute__((always_inline)) int
 perf_run(struct plb_merge *m, uint32_t i, const struct plb_front *bound,
 	 struct plb_drain_ctx *c, const int to_fn)
 {
 	const struct plb_sample_layout lay = m->lay;
 	struct plb_run r;
-	struct plb_run_side a;
-	uint64_t at;
+	struct plb_span a;
 	int ret;
 
 	run_begin(&r, m, c);
-	side_begin(&a, m, i);
-	if (!side_plain(&a, &r) || !run_room(&r, a.cur.len, &at, to_fn))
+	/* The head must be emittable, else the caller would ask again. */
+	if (!span_begin(&a, m, i, bound) || a.ts < r.last || a.ts > a.lim ||
+	    !run_room(&r, &a, &lay, to_fn))
 		return -1;
-	while (!(ret = run_take(&a, &lay, bound, &r, to_fn)))
+	while (!(ret = span_take(&a, &lay, &r, to_fn)))
 		;
-	side_end(m, &a, ret == 1);
-	run_end(m, c, &r, to_fn);
-	return ret == 1;
+	ret = span_end(m, &a, &lay, ret == 1);
+	run_end(m, c, &r, a.last, to_fn);
+	return ret;
 }
 
 /* The hot loop when records interleave: the top a = heap[0] and the next
@@ -793,40 +858,52 @@ perf_pair(struct plb_merge *m, uint32_t pb, const struct plb_front *bound,
 {
 	const struct plb_sample_layout lay = m->lay;
 	struct plb_run r;
-	struct plb_run_side a, b, *x;
-	uint64_t at;
-	int ret;
+	struct plb_span a, b, t;
+	int ret, x_a;
 
-	if (m->src[m->heap[0]].kind != PLB_SRC_PERF || m->src[m->heap[pb]].kind != PLB_SRC_PERF)
-		return -1;
 	run_begin(&r, m, c);
-	side_begin(&a, m, m->heap[0]);
-	side_begin(&b, m, m->heap[pb]);
-	if (!side_plain(&a, &r) || !side_plain(&b, &r) || !run_room(&r, a.cur.len, &at, to_fn))
+	if (!span_begin(&a, m, m->heap[0], bound) || !span_begin(&b, m, m->heap[pb], bound) ||
+	    a.ts < r.last || b.ts < r.last || a.ts > a.lim || !run_room(&r, &a, &lay, to_fn))
 		return -1;
-	/* a sorts below b: the first step emits a's head. */
+	/* Name the sides by index, a the lower, so the tie rule is one
+	 * comparison per record: at equal timestamps a comes first. */
+	if (a.idx > b.idx) {
+		t = a;
+		a = b;
+		b = t;
+	}
+	/* The first step emits the top's head: it sorts below the other. */
 	do {
 		/* Two calls, not one through a selected pointer: each side's
 		 * state then stays in its own registers and the branch is
 		 * predicted, where a select would chain every record's loads
 		 * to the previous comparison (about 4x slower interleaved). */
-		if (key_below(a.cur.ts, a.idx, &(struct plb_front){ b.cur.ts, b.idx })) {
-			x = &a;
-			ret = run_take(&a, &lay, bound, &r, to_fn);
+		if (a.ts <= b.ts) {
+			x_a = 1;
+			ret = span_take(&a, &lay, &r, to_fn);
 		} else {
-			x = &b;
-			ret = run_take(&b, &lay, bound, &r, to_fn);
+			x_a = 0;
+			ret = span_take(&b, &lay, &r, to_fn);
 		}
 	} while (!ret);
-	/* The other side's head is whole (parsed, not yet emitted). */
-	side_end(m, &a, x != &a || ret == 1);
-	side_end(m, &b, x != &b || ret == 1);
-	run_end(m, c, &r, to_fn);
-	m->heap[0] = x->idx;
-	m->heap[pb] = x == &a ? b.idx : a.idx;
-	heap_sift_down(m, pb); /* that key may have grown past its children's */
-	*top = x->idx;
-	return ret == 1;
+	{
+		struct plb_span *x = x_a ? &a : &b, *y = x_a ? &b : &a;
+		uint64_t last = 0;
+
+		/* Emission is in key order: the last emitted holds the largest ts. */
+		if (x->rec != x->rec0)
+			last = x->last;
+		if (y->rec != y->rec0 && y->last > last)
+			last = y->last;
+		run_end(m, c, &r, last, to_fn);
+		/* The other side's head is whole (parsed, not yet emitted). */
+		span_end(m, y, &lay, 1);
+		m->heap[0] = x->idx;
+		m->heap[pb] = y->idx;
+		heap_sift_down(m, pb); /* that key may have grown past its children's */
+		*top = x->idx;
+		return span_end(m, x, &lay, ret == 1);
+	}
 }
 
 static void commit_all(struct plb_merge *m)
@@ -1178,6 +1255,7 @@ struct plb_merge *plb_merge_new(const struct plb_merge_config *cfg,
 		m->lay.ts_at = (uint64_t)m->lay.raw_off + sizeof(uint32_t) + cfg->ts_offset;
 		m->lay.ts_need = (uint64_t)cfg->ts_offset + sizeof(uint64_t);
 	}
+	m->lay.min_size = (uint64_t)m->lay.raw_off + sizeof(uint32_t) + m->lay.ts_need;
 	m->n = n;
 	m->deadline = PLB_MERGE_NO_DEADLINE;
 

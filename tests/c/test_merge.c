@@ -781,6 +781,127 @@ static void test_malformed(void)
 	teardown(m, r, 1, c);
 }
 
+/* A malformed (or LOST) record behind a plain head, in one ring's run and
+ * with two rings taking turns: the fast paths stop there and the general path
+ * handles it exactly as at a head -- skipped and counted, delivered (LOST), or
+ * resynced at head (a size that is not a record). */
+static void test_malformed_in_run(void)
+{
+	enum { RAW_OVER, RAW_SHORT, REC_SHORT, UNKNOWN, LOST, UNALIGNED, BEYOND, NKINDS };
+	uint32_t kind, nr;
+
+	for (nr = 1; nr <= 2; nr++) {
+		for (kind = 0; kind < NKINDS; kind++) {
+			struct fake_ring r[2];
+			struct fclock clk = { 10000 };
+			struct plb_merge_config cfg = cfg_offset(&clk, 0);
+			struct plb_merge *m;
+			struct plb_merge_stats st;
+			struct col *c = col_new(65536);
+			uint8_t p[64], junk[40] = { 0 }, body[40] = { 0 };
+			uint32_t len, i, small[2] = { 4, 0 }; /* raw_size 4: no room for the ts */
+			uint32_t raw_size = 32;
+			int resync = kind == UNALIGNED || kind == BEYOND, k = 0;
+
+			for (i = 0; i < nr; i++)
+				fr_init(&r[i], 4096, 0);
+			m = merge_perf(&cfg, r, nr);
+			/* A sample body (raw_size 32, an event at ts 20) for the
+			 * records that are wrong only in their header. */
+			memcpy(body, &raw_size, 4);
+			ev_make(body + 4, 0, 20, 1, 0, 0);
+			len = ev_make(p, 0, 10, 0, 0, 0);
+			CHECK(fr_sample(&r[0], 0, p, len));
+			switch (kind) {
+			case RAW_OVER: /* raw_size 4 bytes past the record */
+				CHECK(fr_sample_x(&r[0], 0, p, len, 4));
+				break;
+			case RAW_SHORT: /* raw_size 4 < 8 */
+				CHECK(fr_sample(&r[0], 0, p, 2));
+				break;
+			case REC_SHORT: /* 16 bytes: shorter than a sample with its ts */
+				CHECK(fr_raw(&r[0], PERF_RECORD_SAMPLE, 16, small, sizeof(small)));
+				break;
+			case UNKNOWN: /* a sample but for its type */
+				CHECK(fr_raw(&r[0], 99, 48, body, 40));
+				break;
+			case LOST:
+				CHECK(fr_lost(&r[0], 3));
+				break;
+			case UNALIGNED: /* a sample but for a size not a multiple of 8 */
+				CHECK(fr_raw(&r[0], PERF_RECORD_SAMPLE, 44, body, 36));
+				break;
+			case BEYOND: /* past the published head */
+				CHECK(fr_raw(&r[0], PERF_RECORD_SAMPLE, 512, junk, 8));
+				break;
+			}
+			len = ev_make(p, 0, 30, 2, 0, 0);
+			CHECK(fr_sample(&r[0], 0, p, len));
+			fr_publish(&r[0]);
+			for (i = 1; i < nr; i++) {
+				CHECK(put_ev(&r[1], 11, 1, 1));
+				CHECK(put_ev(&r[1], 21, 2, 1));
+				CHECK(put_ev(&r[1], 31, 3, 1));
+			}
+			CHECK(drain(m, c, 64, PLB_MERGE_DRAIN_ALL) ==
+			      2 + 3 * (int)(nr - 1) + (kind == LOST) - resync);
+			expect(c, k++, 0, 10, 0);
+			if (kind == LOST)
+				expect(c, k++, 0, 3, PLB_MERGE_F_LOST);
+			if (nr == 2) {
+				expect(c, k++, 1, 11, 0);
+				expect(c, k++, 1, 21, 0);
+			}
+			if (!resync)
+				expect(c, k++, 0, 30, 0);
+			if (nr == 2)
+				expect(c, k++, 1, 31, 0);
+			plb_merge_stats(m, &st, NULL, 0);
+			CHECK(st.malformed == (kind != LOST) && st.lost_samples == (kind == LOST ? 3u : 0u));
+			CHECK(st.emitted == 2 + 3 * (nr - 1) - (uint64_t)resync && st.late_events == 0);
+			for (i = 0; i < nr; i++)
+				CHECK(r[i].page->data_tail == r[i].head);
+			teardown(m, r, nr, c);
+		}
+	}
+}
+
+/* After a fast run empties a ring, that ring's frontier floor is the last ts
+ * it emitted: a record published later on another ring below that floor goes
+ * out at once (late), not held for the window. One ring's run, then two rings
+ * taking turns. */
+static void test_run_floor(void)
+{
+	uint32_t nr;
+
+	for (nr = 1; nr <= 2; nr++) {
+		struct fake_ring r[3];
+		struct fclock clk = { 100 };
+		struct plb_merge_config cfg = cfg_offset(&clk, 1000);
+		struct plb_merge *m;
+		struct plb_merge_stats st;
+		struct col *c = col_new(65536);
+		uint32_t i;
+
+		for (i = 0; i <= nr; i++)
+			fr_init(&r[i], 4096, 0);
+		m = merge_perf(&cfg, r, nr + 1);
+		for (i = 0; i < nr; i++) {
+			CHECK(put_ev(&r[i], 10 + i, 0, i));
+			CHECK(put_ev(&r[i], 20 + i, 1, i));
+			CHECK(put_ev(&r[i], 30 + i, 2, i));
+		}
+		CHECK(drain(m, c, 64, PLB_MERGE_DRAIN_ALL) == 3 * (int)nr);
+		/* The clock is far behind: only the floor (30, ring 0) lets 25 out. */
+		CHECK(put_ev(&r[nr], 25, 0, nr));
+		CHECK(drain(m, c, 64, 0) == 1);
+		expect(c, 0, nr, 25, PLB_MERGE_F_LATE);
+		plb_merge_stats(m, &st, NULL, 0);
+		CHECK(st.late_events == 1 && st.emitted == 3 * nr + 1);
+		teardown(m, r, nr + 1, c);
+	}
+}
+
 /* A nearly full ring whose head waits on an idle ring's frontier forces the
  * merge to emit anyway. */
 static void test_pressure(void)
@@ -1592,6 +1713,8 @@ static void run_all(void)
 	test_inversion();
 	test_lost();
 	test_malformed();
+	test_malformed_in_run();
+	test_run_floor();
 	test_pressure();
 	test_wrap_every_offset();
 	test_runs();
