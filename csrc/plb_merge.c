@@ -333,8 +333,9 @@ static int perf_sample_head(struct plb_merge *m, struct plb_msrc *s,
  * plb_perfring_peek_header()'s and perf_sample_head()'s. Plain loads: the
  * record is below the head acquire-loaded by plb_perfring_refresh().
  * 1: *smp describes it; 0: anything else (a wrapping, LOST, other or
- * malformed record), for the general path to handle and count. The hot path
- * of the merge: inlined into the drain loop and perf_run(). */
+ * malformed record), for the general path to handle and count. Inlined into
+ * fill_head(); the runs (perf_run(), perf_pair()) make the same checks folded,
+ * in span_parse(). */
 static inline __attribute__((always_inline)) int
 sample_inplace(const struct plb_sample_layout *lay, const struct plb_perfring *pr,
 	       uint64_t tail, struct plb_sample *smp)
@@ -629,7 +630,7 @@ struct plb_run {
 struct plb_span {
 	const uint8_t *rec;  /* the head's record */
 	const uint8_t *next; /* just past it */
-	const uint8_t *end;
+	const uint8_t *end;  /* published and contiguous up to here */
 	const uint8_t *rec0; /* rec when the run began, at ring position pr.tail */
 	uint64_t ts;         /* the head's timestamp */
 	uint64_t last;       /* that of the last record emitted (if rec moved) */
@@ -684,6 +685,10 @@ span_begin(struct plb_span *x, const struct plb_merge *m, uint32_t i,
 	off = pr->tail & pr->mask;
 	if (avail > pr->size)
 		return 0;
+	/* The span ends at the head acquire-loaded by plb_perfring_refresh()
+	 * in this pass (everything below it was written before the kernel
+	 * published it, so the run reads it with plain loads) or at the end of
+	 * the mapping, where the general path takes the record that wraps. */
 	x->rec = x->rec0 = pr->data + off;
 	x->end = x->rec + (avail < pr->size - off ? avail : pr->size - off);
 	x->last = 0;
