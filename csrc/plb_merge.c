@@ -327,42 +327,79 @@ static int perf_sample_head(struct plb_merge *m, struct plb_msrc *s,
 	return 1;
 }
 
-/* The plain case, parsed in place with fixed-size loads: the record at ring
- * position tail is a well-formed PERF_RECORD_SAMPLE lying whole before the end
- * of the ring (all but one record per lap) and below pr's head. The checks are
- * plb_perfring_peek_header()'s and perf_sample_head()'s. Plain loads: the
- * record is below the head acquire-loaded by plb_perfring_refresh().
- * 1: *smp describes it; 0: anything else (a wrapping, LOST, other or
- * malformed record), for the general path to handle and count. Inlined into
- * fill_head(); the runs (perf_run(), perf_pair()) make the same checks folded,
- * in span_parse(). */
+/* The bytes of pr's ring from position tail that are published (below the
+ * head acquire-loaded by plb_perfring_refresh() in this pass: written before
+ * the kernel published it, so plain loads read them) and contiguous (up to
+ * the end of the mapping, where the record that wraps is for the general
+ * path): [*p, *end). 0 if tail is not within a ring's size below the head. */
+static inline __attribute__((always_inline)) int
+ring_span(const struct plb_perfring *pr, uint64_t tail, const uint8_t **p, const uint8_t **end)
+{
+	uint64_t avail = pr->head - tail, off = tail & pr->mask;
+
+	if (avail > pr->size)
+		return 0;
+	*p = pr->data + off;
+	*end = *p + (avail < pr->size - off ? avail : pr->size - off);
+	return 1;
+}
+
+/* The plain case, parsed in place with fixed-size loads: the record at p is
+ * a well-formed PERF_RECORD_SAMPLE of the configured layout lying whole
+ * before end (a ring_span()'s: all but one record per lap). Sets *ts and
+ * *next (past it); 0 for anything else (a wrapping, LOST, other or malformed
+ * record), for the general path to handle and count. The checks of
+ * plb_perfring_peek_header() and perf_sample_head(), folded: end bounds what
+ * is published and contiguous, and min_size covers h.size >= sizeof(h) and a
+ * raw_size field inside the record, so one unsigned comparison is left for
+ * raw_size (it must hold the timestamp and fit the record; below ts_need the
+ * difference wraps to a huge value). The merge's hot path: every run step
+ * and every head fill. */
+static inline __attribute__((always_inline)) int
+span_parse(const struct plb_sample_layout *lay, const uint8_t *p, const uint8_t *end,
+	   uint64_t *ts, const uint8_t **next)
+{
+	struct perf_event_header h;
+	uint32_t raw_size;
+
+	if (end - p < (ptrdiff_t)sizeof(h))
+		return 0;
+	memcpy(&h, p, sizeof(h));
+	if (h.type != PERF_RECORD_SAMPLE || (h.size & 7) || h.size < lay->min_size ||
+	    h.size > end - p)
+		return 0;
+	memcpy(&raw_size, p + lay->raw_off, sizeof(raw_size));
+	if ((uint64_t)raw_size - lay->ts_need > h.size - lay->min_size)
+		return 0;
+	memcpy(ts, p + lay->ts_at, sizeof(*ts));
+	*next = p + h.size;
+	return 1;
+}
+
+/* Describe the sample span_parse() accepted at rec, ring position pos. */
+static inline __attribute__((always_inline)) void
+sample_describe(const struct plb_sample_layout *lay, const uint8_t *rec, uint64_t pos,
+		uint64_t ts, const uint8_t *next, struct plb_sample *smp)
+{
+	smp->payload = rec + lay->raw_off + sizeof(smp->len);
+	smp->at = pos + lay->raw_off + sizeof(smp->len);
+	smp->next = pos + (uint64_t)(next - rec);
+	smp->ts = ts;
+	memcpy(&smp->len, rec + lay->raw_off, sizeof(smp->len));
+}
+
+/* The record at ring position tail of pr, parsed in place into *smp: 1 for
+ * the plain case (span_parse()), 0 for anything else. */
 static inline __attribute__((always_inline)) int
 sample_inplace(const struct plb_sample_layout *lay, const struct plb_perfring *pr,
 	       uint64_t tail, struct plb_sample *smp)
 {
-	uint64_t avail = pr->head - tail, off = tail & pr->mask;
-	struct perf_event_header h;
-	const uint8_t *rec;
-	uint32_t raw_size;
+	const uint8_t *p, *end, *next;
+	uint64_t ts;
 
-	if (avail < sizeof(h) || avail > pr->size || off + sizeof(h) > pr->size)
+	if (!ring_span(pr, tail, &p, &end) || !span_parse(lay, p, end, &ts, &next))
 		return 0;
-	rec = pr->data + off;
-	memcpy(&h, rec, sizeof(h));
-	if (h.type != PERF_RECORD_SAMPLE || h.size < sizeof(h) || (h.size & 7) ||
-	    h.size > avail || off + h.size > pr->size ||
-	    (uint64_t)lay->raw_off + sizeof(raw_size) > h.size)
-		return 0;
-	memcpy(&raw_size, rec + lay->raw_off, sizeof(raw_size));
-	if ((uint64_t)lay->raw_off + sizeof(raw_size) + raw_size > h.size ||
-	    lay->ts_need > raw_size)
-		return 0;
-	/* Within the record: TIME precedes RAW; an offset fits raw_size. */
-	memcpy(&smp->ts, rec + lay->ts_at, sizeof(smp->ts));
-	smp->payload = rec + lay->raw_off + sizeof(raw_size);
-	smp->at = tail + lay->raw_off + sizeof(raw_size);
-	smp->next = tail + h.size;
-	smp->len = raw_size;
+	sample_describe(lay, p, tail, ts, next, smp);
 	return 1;
 }
 
@@ -517,6 +554,12 @@ static void take_head(struct plb_msrc *s)
 	s->have_prev = 1;
 }
 
+/* A sample with timestamp ts would be late: below the last emitted one. */
+static inline int below_last(const struct plb_merge *m, uint64_t ts)
+{
+	return m->have_emitted && ts < m->last_emitted;
+}
+
 /* A sample with timestamp ts below the last emitted one. */
 static void note_late(struct plb_merge *m, uint64_t ts)
 {
@@ -548,7 +591,7 @@ emit_head(struct plb_merge *m, uint32_t i, int forced, struct plb_drain_ctx *c,
 	uint64_t ts = s->head_ts, off = 0;
 	uint32_t len = s->head_len, fl;
 	const uint8_t *p = s->head_ptr;
-	int late = m->have_emitted && ts < m->last_emitted;
+	int late = below_last(m, ts);
 
 	if (late && m->cfg.late_policy == PLB_LATE_DROP) {
 		note_late(m, ts);
@@ -607,21 +650,6 @@ emit_head(struct plb_merge *m, uint32_t i, int forced, struct plb_drain_ctx *c,
 	return 1;
 }
 
-/* The output side of a run (perf_run(), perf_pair()): what emit_head() keeps
- * in the drain context and the merge, held in locals while the run lasts (the
- * output stores and the callback cannot alias them, so they stay in
- * registers) and stored back once by run_end(). */
-struct plb_run {
-	struct plb_merge_out *o;  /* drain */
-	plb_merge_event_fn fn;    /* consume */
-	void *fn_ctx;
-	uint64_t cap;             /* bytes of o->buf (drain) */
-	uint64_t used;
-	uint64_t last;            /* the largest ts emitted before the run */
-	uint32_t max, n, n0;
-	int stopped;              /* the callback asked to stop */
-};
-
 /* One perf ring in a run, as a span of the mapping: the records from rec up
  * to end lie published (below the head acquire-loaded in this pass) and
  * contiguous (before the end of the ring), so the run walks them with a
@@ -639,35 +667,6 @@ struct plb_span {
 	uint32_t idx;        /* source index */
 };
 
-/* The record at p, before end, is the plain case: a PERF_RECORD_SAMPLE of
- * the configured layout lying whole before end. Sets *ts and *next (past it);
- * 0 for anything else, for the general path to handle and count. The checks
- * of sample_inplace(), folded: end bounds what is published and contiguous,
- * and min_size covers h.size >= sizeof(h) and a raw_size field inside the
- * record, so one unsigned comparison is left for raw_size (it must hold the
- * timestamp and fit the record; below ts_need the difference wraps to a huge
- * value). */
-static inline __attribute__((always_inline)) int
-span_parse(const struct plb_sample_layout *lay, const uint8_t *p, const uint8_t *end,
-	   uint64_t *ts, const uint8_t **next)
-{
-	struct perf_event_header h;
-	uint32_t raw_size;
-
-	if (end - p < (ptrdiff_t)sizeof(h))
-		return 0;
-	memcpy(&h, p, sizeof(h));
-	if (h.type != PERF_RECORD_SAMPLE || (h.size & 7) || h.size < lay->min_size ||
-	    h.size > end - p)
-		return 0;
-	memcpy(&raw_size, p + lay->raw_off, sizeof(raw_size));
-	if ((uint64_t)raw_size - lay->ts_need > h.size - lay->min_size)
-		return 0;
-	memcpy(ts, p + lay->ts_at, sizeof(*ts));
-	*next = p + h.size;
-	return 1;
-}
-
 /* Start a span over source i's ring at its head, for a run bounded by
  * bound. 0 when the fast path does not apply: not a perf ring, a head that
  * is not plain in place, or one that no key below bound can be. */
@@ -676,21 +675,11 @@ span_begin(struct plb_span *x, const struct plb_merge *m, uint32_t i,
 	   const struct plb_front *bound)
 {
 	const struct plb_msrc *s = &m->src[i];
-	const struct plb_perfring *pr = &s->pr;
-	uint64_t avail, off;
 
-	if (s->kind != PLB_SRC_PERF || (bound->ts == 0 && i >= bound->idx))
+	if (s->kind != PLB_SRC_PERF || (bound->ts == 0 && i >= bound->idx) ||
+	    !ring_span(&s->pr, s->pr.tail, &x->rec, &x->end))
 		return 0;
-	avail = pr->head - pr->tail;
-	off = pr->tail & pr->mask;
-	if (avail > pr->size)
-		return 0;
-	/* The span ends at the head acquire-loaded by plb_perfring_refresh()
-	 * in this pass (everything below it was written before the kernel
-	 * published it, so the run reads it with plain loads) or at the end of
-	 * the mapping, where the general path takes the record that wraps. */
-	x->rec = x->rec0 = pr->data + off;
-	x->end = x->rec + (avail < pr->size - off ? avail : pr->size - off);
+	x->rec0 = x->rec;
 	x->last = 0;
 	/* key_below(ts, i, bound), as one comparison per record. */
 	x->lim = bound->ts - (i >= bound->idx);
@@ -714,51 +703,31 @@ span_end(struct plb_merge *m, const struct plb_span *x, const struct plb_sample_
 		s->have_prev = 1;
 	}
 	if (head_valid) {
-		smp.payload = x->rec + lay->raw_off + sizeof(smp.len);
-		smp.at = s->pr.tail + lay->raw_off + sizeof(smp.len);
-		smp.next = s->pr.tail + (uint64_t)(x->next - x->rec);
-		smp.ts = x->ts;
-		memcpy(&smp.len, x->rec + lay->raw_off, sizeof(smp.len));
+		sample_describe(lay, x->rec, s->pr.tail, x->ts, x->next, &smp);
 		set_head_inplace(m, s, &smp);
 	}
 	return head_valid;
 }
 
+/* A run works on a copy r of the drain context, a local the output stores
+ * and the callback cannot alias, so its fields stay in registers; this stores
+ * it back, with what emit_head() records in the merge, once for the run. n0:
+ * the entries before the run; last: the ts of the last record emitted. */
 static inline __attribute__((always_inline)) void
-run_begin(struct plb_run *r, const struct plb_merge *m, const struct plb_drain_ctx *c)
+run_end(struct plb_merge *m, struct plb_drain_ctx *c, const struct plb_drain_ctx *r, uint32_t n0,
+	uint64_t last)
 {
-	r->o = c->out;
-	r->fn = c->fn;
-	r->fn_ctx = c->fn_ctx;
-	r->cap = c->cap;
-	r->used = c->used;
-	r->last = m->have_emitted ? m->last_emitted : 0;
-	r->max = c->max;
-	r->n = r->n0 = c->n;
-	r->stopped = 0;
-}
-
-/* What emit_head() records in the merge and the context, once for the run;
- * last: the ts of the last record emitted, if any. */
-static inline __attribute__((always_inline)) void
-run_end(struct plb_merge *m, struct plb_drain_ctx *c, const struct plb_run *r, uint64_t last,
-	const int to_fn)
-{
-	if (r->n != r->n0) {
+	if (r->n != n0) {
 		m->last_emitted = last;
 		m->have_emitted = 1;
 	}
-	m->st.emitted += r->n - r->n0;
-	c->n = r->n;
-	if (!to_fn)
-		c->used = r->used;
-	if (r->stopped)
-		c->stopped = 1;
+	m->st.emitted += r->n - n0;
+	*c = *r;
 }
 
 /* The output has room for x's head. */
 static inline __attribute__((always_inline)) int
-run_room(const struct plb_run *r, const struct plb_span *x, const struct plb_sample_layout *lay,
+run_room(const struct plb_drain_ctx *r, const struct plb_span *x, const struct plb_sample_layout *lay,
 	 const int to_fn)
 {
 	uint32_t len;
@@ -777,7 +746,7 @@ run_room(const struct plb_run *r, const struct plb_span *x, const struct plb_sam
  * inversion, for the general path to flag); 2: stopped with x's head for
  * fill_head() to find (not the plain case, or the callback stopped). */
 static inline __attribute__((always_inline)) int
-span_take(struct plb_span *x, const struct plb_sample_layout *lay, struct plb_run *r,
+span_take(struct plb_span *x, const struct plb_sample_layout *lay, struct plb_drain_ctx *r,
 	  const int to_fn)
 {
 	const uint8_t *payload = x->rec + lay->raw_off + sizeof(uint32_t);
@@ -792,7 +761,7 @@ span_take(struct plb_span *x, const struct plb_sample_layout *lay, struct plb_ru
 		if (r->fn(r->fn_ctx, x->idx, x->ts, 0, payload, len))
 			r->stopped = 1;
 	} else {
-		struct plb_merge_out *o = r->o;
+		struct plb_merge_out *o = r->out;
 		uint64_t at = PLB_ALIGN8(r->used);
 
 		if (len)
@@ -831,19 +800,18 @@ perf_run(struct plb_merge *m, uint32_t i, const struct plb_front *bound,
 	 struct plb_drain_ctx *c, const int to_fn)
 {
 	const struct plb_sample_layout lay = m->lay;
-	struct plb_run r;
+	struct plb_drain_ctx r = *c;
 	struct plb_span a;
 	int ret;
 
-	run_begin(&r, m, c);
 	/* The head must be emittable, else the caller would ask again. */
-	if (!span_begin(&a, m, i, bound) || a.ts < r.last || a.ts > a.lim ||
+	if (!span_begin(&a, m, i, bound) || below_last(m, a.ts) || a.ts > a.lim ||
 	    !run_room(&r, &a, &lay, to_fn))
 		return -1;
 	while (!(ret = span_take(&a, &lay, &r, to_fn)))
 		;
 	ret = span_end(m, &a, &lay, ret == 1);
-	run_end(m, c, &r, a.last, to_fn);
+	run_end(m, c, &r, c->n, a.last);
 	return ret;
 }
 
@@ -862,13 +830,13 @@ perf_pair(struct plb_merge *m, uint32_t pb, const struct plb_front *bound,
 	  struct plb_drain_ctx *c, uint32_t *top, const int to_fn)
 {
 	const struct plb_sample_layout lay = m->lay;
-	struct plb_run r;
+	struct plb_drain_ctx r = *c;
 	struct plb_span a, b, t;
 	int ret, x_a;
 
-	run_begin(&r, m, c);
 	if (!span_begin(&a, m, m->heap[0], bound) || !span_begin(&b, m, m->heap[pb], bound) ||
-	    a.ts < r.last || b.ts < r.last || a.ts > a.lim || !run_room(&r, &a, &lay, to_fn))
+	    below_last(m, a.ts) || below_last(m, b.ts) || a.ts > a.lim ||
+	    !run_room(&r, &a, &lay, to_fn))
 		return -1;
 	/* Name the sides by index, a the lower, so the tie rule is one
 	 * comparison per record: at equal timestamps a comes first. */
@@ -900,7 +868,7 @@ perf_pair(struct plb_merge *m, uint32_t pb, const struct plb_front *bound,
 			last = x->last;
 		if (y->rec != y->rec0 && y->last > last)
 			last = y->last;
-		run_end(m, c, &r, last, to_fn);
+		run_end(m, c, &r, c->n, last);
 		/* The other side's head is whole (parsed, not yet emitted). */
 		span_end(m, y, &lay, 1);
 		m->heap[0] = x->idx;
@@ -1039,8 +1007,7 @@ drain_passes(struct plb_merge *m, struct plb_drain_ctx *c, int all, const int to
 			if (m->nheap > 1)
 				front_min(&bound, m->src[m->heap[pb]].head_ts, m->heap[pb]);
 			do {
-				if (s->kind == PLB_SRC_PERF && !forced &&
-				    (r = perf_run(m, i, &bound, c, to_fn)) >= 0) {
+				if (!forced && (r = perf_run(m, i, &bound, c, to_fn)) >= 0) {
 					if (r == 0)
 						r = fill_head(m, i, c);
 					continue; /* to the loop's test */
