@@ -263,7 +263,7 @@ def main() -> None:
             record = 8 + 4 + size + (-(12 + size)) % 8    # the perf record around a raw sample
             per_cpu = min(100_000 if args.quick else 200_000, (PAGES * 4096) // record)
             if mode == "drain-interleaved":   # a trigger per event and CPU: keep the fill short
-                per_cpu = 50_000
+                per_cpu = min(50_000, per_cpu)
             events = per_cpu * ncpu if mode in INTERLEAVE else (100_000 if args.quick else 400_000)
             for name in CONSUMERS:
                 results = [measure(name, mode, size, events, 0.2 if args.quick else 0.5) for _ in range(runs)]

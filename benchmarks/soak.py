@@ -58,7 +58,7 @@ BPF_OUT = TESTS_BPF / "build"
 
 RATE_ARGS = struct.Struct("<3Q")      # consumer_rate.bpf.c struct rate_args: count, first_seq, discard_every
 STRESS_ARGS = struct.Struct("<3Q")    # ordered.bpf.c emit_stress: count, tag, target (0: perf array)
-ORD_EVENT = struct.Struct("<QQIIQ")   # ordered.bpf.c struct ord_event: ts, seq, cpu, tag, gseq
+ORD_SEQ_CPU = struct.Struct("<8xQI")  # ordered.bpf.c struct ord_event {ts, seq, cpu, tag, gseq}: seq, cpu
 SEQ = struct.Struct("<Q")             # consumer_rate.bpf.c struct rate_event starts with the u64 seq
 RING_RUN = 256                        # events per ring buffer producer run
 PERF_RUN = 64                         # records per perf producer run
@@ -189,7 +189,7 @@ class Soak:
                 idle_since = None
                 faults = 0
                 for rec, ts, late in zip(batch, batch.timestamps, batch.late, strict=True):
-                    _, seq, cpu, _, _ = ORD_EVENT.unpack_from(rec)
+                    seq, cpu = ORD_SEQ_CPU.unpack_from(rec)  # ts comes with the batch
                     if not late:
                         if ts < last_ts:
                             faults += 1

@@ -63,10 +63,15 @@ def string(ptr: CData) -> str:
 
 # --- bpf_object ------------------------------------------------------------------------------
 
-def bpf_object__open_file(path: CData, opts: CData, what: str) -> CData:
+def bpf_object__open_file(path: str, opts: CData, what: str) -> CData:
+    if os.path.isdir(path):
+        # libbpf 1.5.0 leaks the fd it opened when elf_begin() fails, as it does on a directory
+        # (bpf_object__elf_finish returns early without an Elf handle): refuse it before libbpf does.
+        raise error(errno.EISDIR, what)
+    cpath = cstr(path)
     sync_log_level()
     with capture_log():
-        return check_ptr(lib.bpf_object__open_file(path, opts), what)
+        return check_ptr(lib.bpf_object__open_file(cpath, opts), what)
 
 
 def bpf_object__open_mem(buf: CData, size: int, opts: CData, what: str) -> CData:
@@ -285,7 +290,7 @@ def perf_buffer__consume_into(pb: CData, batch: CData, what: str) -> int:
     lib.plb_batch_reset(batch)
     check(lib.perf_buffer__consume(pb), what)
     if batch.err:
-        raise error(-batch.err, f"{what}: collecting samples")
+        raise error(-batch.err, f"{what}: collecting records")
     return int(batch.n)
 
 

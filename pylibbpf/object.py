@@ -9,7 +9,6 @@ closed, using them raises ClosedError.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import os
 import threading
 from collections.abc import Iterator, Mapping
@@ -96,13 +95,7 @@ class BPFObject:
             ptr = _libbpf.bpf_object__open_mem(data, len(data), opts, f"bpf_object__open_mem({label})")
         elif isinstance(path_or_bytes, (str, os.PathLike)):
             path = os.fspath(path_or_bytes)
-            what = f"bpf_object__open_file({path})"
-            if os.path.isdir(path):
-                # libbpf 1.5.0 leaks the fd it opened when elf_begin() fails, as it does on a
-                # directory (bpf_object__elf_finish returns early without an Elf handle).
-                raise BPFError(errno.EISDIR, os.strerror(errno.EISDIR), what)
-            cpath = _libbpf.cstr(path)
-            ptr = _libbpf.bpf_object__open_file(cpath, opts, what)
+            ptr = _libbpf.bpf_object__open_file(path, opts, f"bpf_object__open_file({path})")
         else:
             raise TypeError(f"BPFObject.open takes a path or bytes, not {type(path_or_bytes).__name__}")
         return cls(ptr, _libbpf.bpf_object__name(ptr), keep)

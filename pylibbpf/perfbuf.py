@@ -618,14 +618,11 @@ class PerfReader(_RecordReader):
 
     def _drain(self) -> None:
         """Copy every ring's records into the batch (libbpf reads them, our C callback copies)."""
-        _libbpf.plb_batch_reset(self._batch)
         try:
-            _libbpf.perf_buffer__consume(self._rings.pb, "perf_buffer__consume")
+            _libbpf.perf_buffer__consume_into(self._rings.pb, self._batch, "perf_buffer__consume")
         finally:
-            if self._batch.n:
+            if self._batch.n:  # records already consumed from the kernel are kept, even on an error
                 self._pending = Batch(self._batch, with_tags=True)
-        if self._batch.err:
-            raise _libbpf.error(-self._batch.err, "perf_buffer__consume: collecting records")
 
     def _release(self) -> None:
         with self._pause_lock:

@@ -1,4 +1,4 @@
-"""Test setup: kernel file systems, privilege policy, BPF test objects, the fd-leak check.
+"""Test setup: kernel file systems, privilege policy, BPF test objects, the fd-leak and thread checks.
 
 BPF tests need CAP_BPF/CAP_SYS_ADMIN. Without them they skip, unless
 PYLIBBPF_REQUIRE_BPF=1 (set by `make test` and CI), which turns the skip into
@@ -11,6 +11,7 @@ import gc
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,6 +62,14 @@ def bpf_objects(bpf_privileged: None) -> dict[str, Path]:
     import build_bpf
 
     return {p.name[: -len(".bpf.o")]: p for p in build_bpf.build(BPF_SRC, BPF_OUT)}
+
+
+@pytest.fixture
+def no_consumer_thread_left() -> Iterator[None]:
+    """Fail a test that leaves a consumer thread running: stop() joins every one."""
+    yield
+    left = [t.name for t in threading.enumerate() if t.name.startswith("pylibbpf-")]
+    assert not left, f"consumer threads still running: {left}"
 
 
 def _open_fds() -> set[str]:

@@ -1,8 +1,12 @@
-"""Drivers for the test BPF programs in tests/bpf (struct layouts from tests/bpf/test_events.h)."""
+"""Drivers for the test BPF programs in tests/bpf (struct layouts from tests/bpf/test_events.h), and the
+polling wait the threaded tests share."""
 
 from __future__ import annotations
 
 import struct
+import time
+from collections.abc import Callable
+from typing import Any
 
 from pylibbpf import BPFObject, Program
 
@@ -10,6 +14,9 @@ EMIT_ARGS = struct.Struct("<IIQQII")   # struct emit_args
 RB_EVENT = struct.Struct("<QQII")      # struct rb_event
 PERF_SAMPLE = struct.Struct("<QQII")   # struct perf_sample (+ extra bytes)
 RAW_TP_ARGS = struct.Struct("<4Q")     # args[0..3] of struct bpf_raw_tracepoint_args
+ORDERED_ARGS = struct.Struct("<7Q")    # ordered.bpf.c emit_ordered: count, ts, ts_step, seq, tag, extra, target
+ORD_EVENT = struct.Struct("<QQIIQ")    # struct ord_event: ts, seq, cpu, tag, gseq
+ORD_PERF, ORD_RB0, ORD_RB1 = 0, 1, 2   # emit_ordered's targets: the perf event array, rb0, rb1
 
 
 def emit_ring(prog: Program, count: int, *, first_seq: int = 0, value: int = 0, flags: int = 0,
@@ -24,14 +31,43 @@ def emit_perf(prog: Program, count: int, *, cpu: int, first_seq: int = 0, value:
     prog.test_run(ctx=RAW_TP_ARGS.pack(count, first_seq, value, extra), cpu=cpu)
 
 
+def emit_ordered(prog: Program, count: int, *, cpu: int = 0, ts: int = 0, step: int = 1, seq: int = 0,
+                 tag: int = 0, extra: int = 0, target: int = ORD_PERF) -> None:
+    """Run ordered.bpf.c:emit_ordered on `cpu`: `count` ord_events with timestamps ts, ts + step, ... (a
+    negative step counts down) and seq, seq + 1, ..., into the perf array, rb0 or rb1 (target)."""
+    prog.test_run(ctx=ORDERED_ARGS.pack(count, ts, step & (2**64 - 1), seq, tag, extra, target), cpu=cpu)
+
+
+def old_ts() -> int:
+    """CLOCK_MONOTONIC one second ago: past every idle ring's frontier, so an OrderedReader delivers such a
+    record at once."""
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC) - 1_000_000_000
+
+
 def rb_event(data: bytes | memoryview) -> tuple[int, int, int]:
     """(seq, value, ring) of an rb_event."""
     seq, value, ring, _ = RB_EVENT.unpack_from(data)
     return seq, value, ring
 
 
-def counter(obj: BPFObject, map_name: str) -> int:
-    """The u64 at key 0 of a one-entry array map."""
-    raw = obj.maps[map_name].lookup(0)
+def counter(obj: BPFObject, map_name: str, key: int = 0) -> int:
+    """The u64 at `key` of an array map."""
+    raw = obj.maps[map_name].lookup(key)
     assert isinstance(raw, bytes)
     return int.from_bytes(raw, "little")
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.002) -> bool:
+    """Poll `predicate` until it holds or `timeout` seconds pass (generous: the machine may be busy); its
+    last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def accounted(s: Any) -> bool:
+    """A queueing consumer's stats account for every record read: processed, dropped, queued or failed."""
+    return bool(s.events_read == s.events_processed + s.events_dropped + s.current_queue_size + s.errors)

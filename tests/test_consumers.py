@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from progs import counter, emit_ring, rb_event
+from progs import accounted, counter, emit_ring, rb_event, wait_until
 
 from pylibbpf import (
     BackpressureConsumer,
@@ -44,7 +44,7 @@ from pylibbpf import (
 )
 from pylibbpf.consumers import sampling_consumer
 
-pytestmark = pytest.mark.usefixtures("bpf_privileged")
+pytestmark = pytest.mark.usefixtures("bpf_privileged", "no_consumer_thread_left")
 
 
 @pytest.fixture
@@ -52,27 +52,6 @@ def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
     with BPFObject.open(bpf_objects["ringbuf"]) as o:
         o.load()
         yield o
-
-
-@pytest.fixture(autouse=True)
-def no_thread_left() -> Iterator[None]:
-    """Every consumer thread is joined by stop()."""
-    yield
-    left = [t.name for t in threading.enumerate() if t.name.startswith("pylibbpf-")]
-    assert not left, f"consumer threads still running: {left}"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return predicate()
-
-
-def invariant(s: BackpressureStats | SamplingStats) -> bool:
-    return s.events_read == s.events_processed + s.events_dropped + s.current_queue_size + s.errors
 
 
 CHUNK = 1024  # records per trigger; the 64 KiB ring holds 2047 of them
@@ -223,7 +202,7 @@ def test_backpressure_counts_and_stats(obj: BPFObject) -> None:
     assert s.errors == 0 and s.queue_full_count == 0 and s.drop_rate == 0.0
     assert s.batches_read >= 1 and 0 < s.max_queue_size <= 10000
     assert s.queue_capacity == 10000 and s.uptime_ms > 0 and s.events_per_second > 0
-    assert invariant(bc.stats())
+    assert accounted(bc.stats())
 
 
 def test_backpressure_drops_when_the_queue_is_full_and_calls_drop_handler(obj: BPFObject) -> None:
@@ -242,13 +221,13 @@ def test_backpressure_drops_when_the_queue_is_full_and_calls_drop_handler(obj: B
         emit(obj, 1000)
         assert wait_until(lambda: bc.stats().events_read == 1000)
         s = bc.stats()
-        assert invariant(s)
+        assert accounted(s)
         assert s.events_dropped >= 1000 - 50 - 8 and s.queue_full_count >= 1
         assert s.drop_rate > 90 and not bc.healthy()
         release.set()
         assert wait_until(lambda: bc.stats().current_queue_size == 0)
     s = bc.stats()
-    assert invariant(s) and s.events_processed == len(got) and s.events_dropped == 1000 - len(got)
+    assert accounted(s) and s.events_processed == len(got) and s.events_dropped == 1000 - len(got)
     assert got == sorted(got) and got[:8] == list(range(8))
     # the handler ran in the processor thread, for dropped records only, in order
     assert dropped and {name for _, name in dropped} == {"pylibbpf-BackpressureConsumer"}
@@ -286,7 +265,7 @@ def test_backpressure_stop_gives_up_after_drain_timeout(obj: BPFObject) -> None:
     s = bc.stats()
     assert 0 < s.events_processed < 300
     assert s.current_queue_size == 0 and s.events_dropped == 300 - s.events_processed  # left = dropped
-    assert invariant(s)
+    assert accounted(s)
 
 
 def test_backpressure_invariant_holds_at_every_snapshot(obj: BPFObject) -> None:
@@ -307,7 +286,7 @@ def test_backpressure_invariant_holds_at_every_snapshot(obj: BPFObject) -> None:
         while not done.is_set():
             s = bc.stats()
             snapshots += 1
-            if not invariant(s) or s.current_queue_size < 0 or s.max_queue_size < s.current_queue_size:
+            if not accounted(s) or s.current_queue_size < 0 or s.max_queue_size < s.current_queue_size:
                 bad.append(s)
 
     watcher = threading.Thread(target=watch)
@@ -324,7 +303,7 @@ def test_backpressure_invariant_holds_at_every_snapshot(obj: BPFObject) -> None:
     s = bc.stats()
     assert not bad, bad[:3]
     assert snapshots > 50
-    assert s.events_read == 10000 and invariant(s) and s.current_queue_size == 0
+    assert s.events_read == 10000 and accounted(s) and s.current_queue_size == 0
     assert s.errors > 0 and s.events_dropped > 0  # both kinds of loss were exercised
 
 
@@ -344,7 +323,7 @@ def test_backpressure_start_stop_twice_and_restart(obj: BPFObject) -> None:
     bc.stop()
     assert got == [*range(20), *range(100, 107)]
     s = bc.stats()
-    assert s.events_read == 7 and invariant(s)  # a new run's statistics
+    assert s.events_read == 7 and accounted(s)  # a new run's statistics
 
 
 def test_backpressure_errors_are_counted_and_it_goes_on(obj: BPFObject, caplog: pytest.LogCaptureFixture) -> None:
@@ -357,7 +336,7 @@ def test_backpressure_errors_are_counted_and_it_goes_on(obj: BPFObject, caplog: 
         emit(obj, 400)
         assert wait_until(lambda: bc.stats().events_processed + bc.stats().errors == 400)
     s = bc.stats()
-    assert s.errors == 100 and s.events_processed == 300 and invariant(s)
+    assert s.errors == 100 and s.events_processed == 300 and accounted(s)
     logged = [r for r in caplog.records if r.name == "pylibbpf.consumers"]
     assert len(logged) == 1 and logged[0].exc_info and logged[0].exc_info[0] is ZeroDivisionError
 
@@ -383,7 +362,7 @@ def test_sampling_rate_is_binomial(obj: BPFObject) -> None:
     assert abs(len(sampled) - n * p) <= 4 * sigma, (len(sampled), n * p, sigma)
     assert s.events_sampled == len(sampled) == deserialized  # decided before deserialization
     assert s.events_seen == s.events_read == s.events_processed + s.errors == n
-    assert s.sample_rate == p and invariant(s)
+    assert s.sample_rate == p and accounted(s)
     assert sampled == sorted(sampled)
 
 
@@ -472,7 +451,7 @@ def test_backpressure_events_async_with_drops_and_cancellation(obj: BPFObject) -
         return got, mid, bc.stats()
 
     got, mid, s = asyncio.run(scenario())
-    assert invariant(mid) and invariant(s)
+    assert accounted(mid) and accounted(s)
     assert s.events_read == 2000 and s.events_dropped > 0 and s.current_queue_size == 0
     assert s.events_processed == len(got) and got == sorted(got)
 

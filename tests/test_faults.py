@@ -29,7 +29,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from progs import EMIT_ARGS, RAW_TP_ARGS, counter, emit_perf, emit_ring, rb_event
+from progs import (
+    EMIT_ARGS,
+    ORD_EVENT,
+    ORD_PERF,
+    ORD_RB0,
+    ORD_RB1,
+    ORDERED_ARGS,
+    RAW_TP_ARGS,
+    accounted,
+    counter,
+    emit_perf,
+    emit_ring,
+    old_ts,
+    rb_event,
+    wait_until,
+)
+from progs import emit_ordered as run_emit_ordered
 
 from pylibbpf import (
     BackpressureConsumer,
@@ -50,35 +66,20 @@ from pylibbpf import (
     read_ringbuf_events,
 )
 
-pytestmark = pytest.mark.usefixtures("bpf_privileged")
+pytestmark = pytest.mark.usefixtures("bpf_privileged", "no_consumer_thread_left")
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDERED_ARGS = struct.Struct("<7Q")  # ordered.bpf.c emit_ordered: count, ts, ts_step, seq, tag, extra, target
-ORD_EVENT = struct.Struct("<QQIIQ")  # struct ord_event: ts, seq, cpu, tag, gseq
 CONSUMERS = [RingBufConsumer, BackpressureConsumer, SamplingConsumer]
 TIMEOUT = 10.0  # seconds: generous, the machine may be busy
 
 
 # --- helpers --------------------------------------------------------------------------------------
 
-def wait_until(predicate: Callable[[], bool], timeout: float = TIMEOUT) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.002)
-    return predicate()
-
-
 def make_consumer(kind: type[Any], m: Any, callback: Any, **kw: Any) -> Any:
     """A consumer of ``kind``; a SamplingConsumer passes everything on (rate 1.0)."""
     if kind is SamplingConsumer:
         kw.setdefault("sample_rate", 1.0)
     return kind(m, callback, **kw)
-
-
-def bp_invariant(s: Any) -> bool:
-    return bool(s.events_read == s.events_processed + s.events_dropped + s.current_queue_size + s.errors)
 
 
 def run_prog_fd(fd: int, ctx: bytes, cpu: int | None = None) -> None:
@@ -93,20 +94,15 @@ def run_prog_fd(fd: int, ctx: bytes, cpu: int | None = None) -> None:
     assert err == 0, os.strerror(-err)
 
 
-def old_ts() -> int:
-    """CLOCK_MONOTONIC one second ago: an OrderedReader delivers such a record at once."""
-    return time.clock_gettime_ns(time.CLOCK_MONOTONIC) - 1_000_000_000
+@pytest.fixture
+def quiet_consumer_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The consumers' error log off for a test that provokes errors on purpose (restored after it)."""
+    monkeypatch.setattr(logging.getLogger("pylibbpf.consumers"), "disabled", True)
 
 
-def ord_failed_outputs(obj: BPFObject) -> int:
-    """ordered.bpf.c counters[0]: outputs that failed (ring full)."""
-    raw = obj.maps["counters"].lookup(0)
-    assert isinstance(raw, bytes)
-    return int.from_bytes(raw, "little")
-
-
-def emit_ordered(obj: BPFObject, count: int, *, target: int, cpu: int = 0, seq: int = 0) -> None:
-    obj.programs["emit_ordered"].test_run(ctx=ORDERED_ARGS.pack(count, old_ts(), 1, seq, 0, 0, target), cpu=cpu)
+def emit_ordered(obj: BPFObject, count: int, *, target: int, seq: int = 0) -> None:
+    """ord_events from a second ago (delivered at once) into ordered.bpf.o's perf array, rb0 or rb1."""
+    run_emit_ordered(obj.programs["emit_ordered"], count, ts=old_ts(), seq=seq, target=target)
 
 
 @pytest.fixture
@@ -125,14 +121,6 @@ def perf_obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
 def ord_obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
     with BPFObject.open(bpf_objects["ordered"]) as o:
         yield o.load()
-
-
-@pytest.fixture(autouse=True)
-def no_thread_left() -> Iterator[None]:
-    """Every consumer thread is joined by stop()."""
-    yield
-    left = [t.name for t in threading.enumerate() if t.name.startswith("pylibbpf-")]
-    assert not left, f"consumer threads still running: {left}"
 
 
 # --- the BPF object closed under a consumer or a reader -------------------------------------------
@@ -183,7 +171,7 @@ def test_closing_the_object_under_open_readers(bpf_objects: dict[str, Path]) -> 
                 o.close()
             run_prog_fd(fds[0], EMIT_ARGS.pack(3, 0, 0, 0, 0, 0))
             run_prog_fd(fds[1], RAW_TP_ARGS.pack(3, 0, 0, 0), cpu=0)
-            run_prog_fd(fds[2], ORDERED_ARGS.pack(3, old_ts(), 1, 0, 0, 0, 1), cpu=0)
+            run_prog_fd(fds[2], ORDERED_ARGS.pack(3, old_ts(), 1, 0, 0, 0, ORD_RB0), cpu=0)
             assert rb.poll(int(TIMEOUT * 1000)) == 3 and rb_seen == [0, 1, 2]
             assert pb.poll(int(TIMEOUT * 1000)) == 3 and pb_seen == [0, 1, 2]
             assert [ORD_EVENT.unpack_from(ordered.read(timeout=TIMEOUT).raw_sample)[1] for _ in range(3)] == [0, 1, 2]
@@ -247,7 +235,7 @@ def test_stop_from_the_callback(rb_obj: BPFObject, kind: type[Any]) -> None:
     s = c.stats()
     assert s.events_read == s.events_processed == 10
     if kind is not RingBufConsumer:
-        assert bp_invariant(s) and s.current_queue_size == 0
+        assert accounted(s) and s.current_queue_size == 0
     got.clear()
     armed[0] = False  # the restarted run's callback must not stop it again
     c.start()
@@ -278,9 +266,10 @@ def test_stop_from_the_callback_without_drain(rb_obj: BPFObject) -> None:
     s = bc.stats()
     assert got == [0, 1, 2]
     assert (s.events_read, s.events_processed, s.events_dropped, s.current_queue_size) == (10, 3, 7, 0)
-    assert bp_invariant(s)
+    assert accounted(s)
 
 
+@pytest.mark.usefixtures("quiet_consumer_log")
 @pytest.mark.parametrize("kind", CONSUMERS)
 def test_start_from_the_callback_is_refused(rb_obj: BPFObject, kind: type[Any]) -> None:
     """start() in the callback raises RuntimeError there: counted in errors, the run goes on."""
@@ -291,14 +280,10 @@ def test_start_from_the_callback_is_refused(rb_obj: BPFObject, kind: type[Any]) 
 
     c = make_consumer(kind, rb_obj.maps["rb"], callback)
     holder.append(c)
-    logging.getLogger("pylibbpf.consumers").disabled = True
-    try:
-        with c:
-            emit_ring(rb_obj.programs["emit"], 3)
-            assert wait_until(lambda: c.stats().errors == 3)
-            assert c.running
-    finally:
-        logging.getLogger("pylibbpf.consumers").disabled = False
+    with c:
+        emit_ring(rb_obj.programs["emit"], 3)
+        assert wait_until(lambda: c.stats().errors == 3)
+        assert c.running
 
 
 # --- callbacks that raise -------------------------------------------------------------------------
@@ -325,7 +310,7 @@ def test_a_callback_raising_on_every_record_is_counted(rb_obj: BPFObject, kind: 
     assert seen == list(range(150))
     assert s.events_read == 150 and s.errors == 150 and s.events_processed == 0
     if kind is not RingBufConsumer:
-        assert bp_invariant(s) and s.events_dropped == 0
+        assert accounted(s) and s.events_dropped == 0
     errors = [r for r in caplog.records if r.name == "pylibbpf.consumers" and r.levelno == logging.ERROR]
     assert len(errors) == 1 and "ValueError" in errors[0].getMessage()
 
@@ -378,6 +363,7 @@ def test_perf_buffer_and_process_events_raise_once_per_record(rb_obj: BPFObject,
     assert seen == list(range(10))
 
 
+@pytest.mark.usefixtures("quiet_consumer_log")
 @pytest.mark.parametrize("kind", [RingBufConsumer, BackpressureConsumer])
 def test_a_callback_raising_system_exit_ends_the_run(rb_obj: BPFObject, kind: type[Any]) -> None:
     """Not an Exception: the run ends (logged), stop() re-raises it. The backpressure consumer counts the
@@ -391,18 +377,14 @@ def test_a_callback_raising_system_exit_ends_the_run(rb_obj: BPFObject, kind: ty
 
     c = kind(rb_obj.maps["rb"], callback, batch_size=4)
     emit_ring(rb_obj.programs["emit"], 10)
-    logging.getLogger("pylibbpf.consumers").disabled = True
-    try:
-        c.start()
-        assert wait_until(lambda: not c.running)
-        with pytest.raises(SystemExit):
-            c.stop()
-    finally:
-        logging.getLogger("pylibbpf.consumers").disabled = False
+    c.start()
+    assert wait_until(lambda: not c.running)
+    with pytest.raises(SystemExit):
+        c.stop()
     s = c.stats()
     assert calls == [0, 1, 2] and s.events_processed == 2 and s.errors == 0
     if kind is BackpressureConsumer:
-        assert s.events_read == 10 and s.events_dropped == 8 and bp_invariant(s)
+        assert s.events_read == 10 and s.events_dropped == 8 and accounted(s)
     else:
         assert s.events_read == 4  # one batch: records 2 and 3 were read, never counted as processed
         with map_ringbuf(rb_obj.maps["rb"]) as layout:
@@ -442,24 +424,21 @@ def test_a_deserializer_returning_garbage_is_passed_on_as_is(rb_obj: BPFObject, 
 BadEvent = defevent("bad_event", ("seq", "u64"), ("blob", "u8", 64))  # 72 bytes: longer than the 24-byte record
 
 
+@pytest.mark.usefixtures("quiet_consumer_log")
 @pytest.mark.parametrize("kind", CONSUMERS)
 def test_a_deserializer_that_raises_counts_errors(rb_obj: BPFObject, kind: type[Any]) -> None:
     """A wrong EventDef (longer than the records) raises ValueError in parse: each record is an error, the
     callback is not called, the consumer goes on."""
     got: list[Any] = []
     c = make_consumer(kind, rb_obj.maps["rb"], got.append, deserializer=BadEvent.parse)
-    logging.getLogger("pylibbpf.consumers").disabled = True
-    try:
-        with c:
-            emit_ring(rb_obj.programs["emit"], 5)
-            assert wait_until(lambda: c.stats().errors == 5)
-            assert c.running
-    finally:
-        logging.getLogger("pylibbpf.consumers").disabled = False
+    with c:
+        emit_ring(rb_obj.programs["emit"], 5)
+        assert wait_until(lambda: c.stats().errors == 5)
+        assert c.running
     s = c.stats()
     assert got == [] and s.events_processed == 0 and s.errors == 5
     if kind is not RingBufConsumer:
-        assert bp_invariant(s)
+        assert accounted(s)
 
 
 def test_garbage_deserializers_for_peek_and_process_events(rb_obj: BPFObject) -> None:
@@ -508,13 +487,19 @@ def blocked_reader(name: str, rb_obj: BPFObject, perf_obj: BPFObject, ord_obj: B
                        lambda: pr.read(timeout=TIMEOUT).cpu == 0)
     if name == "OrderedReader.read (perf)":
         od = OrderedReader(ord_obj.maps["events"], window_ms=0)
-        return Blocked(od, od.read, lambda: emit_ordered(ord_obj, 1, target=0),
+        return Blocked(od, od.read, lambda: emit_ordered(ord_obj, 1, target=ORD_PERF),
                        lambda: od.read(timeout=TIMEOUT).cpu == 0)
     if name == "OrderedReader.read (ring buffers)":
         od = OrderedReader([ord_obj.maps["rb0"], ord_obj.maps["rb1"]], timestamp=0, window_ms=0)
-        return Blocked(od, od.read, lambda: emit_ordered(ord_obj, 1, target=2),
+        return Blocked(od, od.read, lambda: emit_ordered(ord_obj, 1, target=ORD_RB1),
                        lambda: od.read(timeout=TIMEOUT).cpu == 1)
     raise AssertionError(name)
+
+
+def blocked_in_epoll(tid: int) -> bool:
+    """Thread ``tid`` of this process sleeps in epoll_wait (the kernel's wchan), where every reader blocks."""
+    with open(f"/proc/self/task/{tid}/wchan") as f:
+        return f.read() == "do_epoll_wait"
 
 
 SIGINT_CASES = ["RingBuffer.poll", "RingBuffer.read_batch", "PerfBuffer.poll", "PerfReader.read",
@@ -540,12 +525,16 @@ def test_ctrl_c_interrupts_a_blocked_read(rb_obj: BPFObject, perf_obj: BPFObject
     assert threading.current_thread() is threading.main_thread()
     b = blocked_reader(name, rb_obj, perf_obj, ord_obj)
     sent: list[float] = []
+    main_tid = threading.get_native_id()
 
     def interrupt() -> None:
+        # Once the main thread sleeps in the reader's wait (not in a GIL handoff): the signal must
+        # interrupt a read that is really blocked.
+        wait_until(lambda: blocked_in_epoll(main_tid))
         sent.append(time.monotonic())
         os.kill(os.getpid(), signal.SIGINT)
 
-    kicker = threading.Timer(0.2, interrupt)
+    kicker = threading.Thread(target=interrupt, daemon=True)
     rescue = threading.Timer(TIMEOUT + 10, b.reader.close)  # never hang: a lost signal fails with ClosedError
     rescue.start()
     try:
@@ -557,7 +546,6 @@ def test_ctrl_c_interrupts_a_blocked_read(rb_obj: BPFObject, perf_obj: BPFObject
             b.emit()
             assert b.read_one()
     finally:
-        kicker.cancel()
         rescue.cancel()
         kicker.join()
         rescue.join()
@@ -648,9 +636,9 @@ def test_fork_while_consumers_run(rb_obj: BPFObject, perf_obj: BPFObject, bpf_ob
 
 
 CHILD_EXITS_NORMALLY = r"""
-import gc, os, struct, sys, time
+import gc, os, sys
 sys.path.insert(0, "tests")
-from progs import emit_perf, emit_ring, counter
+from progs import counter, emit_ordered, emit_perf, emit_ring, old_ts, wait_until
 from pylibbpf import BackpressureConsumer, BPFObject, OrderedReader, PerfBuffer, PerfReader, RingBuffer
 
 ringbuf, perfbuf, ordered = sys.argv[1:4]
@@ -675,16 +663,12 @@ emit_ring(rb_o.programs["emit"], 2)
 emit_ring(rb_o.programs["emit"], 2, target=1)
 emit_perf(pf1.programs["emit_perf"], 2, cpu=0)
 emit_perf(pf2.programs["emit_perf"], 2, cpu=0)
-ts = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - 10**9
-ord_o.programs["emit_ordered"].test_run(ctx=struct.pack("<7Q", 2, ts, 1, 0, 0, 0, 0), cpu=0)
+emit_ordered(ord_o.programs["emit_ordered"], 2, ts=old_ts())
 assert rb.poll(10000) == 2, "RingBuffer"
 assert pb.poll(10000) >= 1 and pb.consume() >= 0 and len(pb_seen) == 2, "PerfBuffer"
 assert [pr.read(timeout=10).cpu for _ in range(2)] == [0, 0], "PerfReader"
 assert [od.read(timeout=10).cpu for _ in range(2)] == [0, 0], "OrderedReader"
-deadline = time.monotonic() + 10
-while len(bp_seen) < 2 and time.monotonic() < deadline:
-    time.sleep(0.01)
-assert len(bp_seen) == 2, "BackpressureConsumer"
+assert wait_until(lambda: len(bp_seen) == 2), "BackpressureConsumer"
 assert counter(pf1, "failed_outputs") == counter(pf2, "failed_outputs") == 0
 bc.stop()
 for x in (rb, pb, pr, od):
@@ -714,8 +698,8 @@ def test_a_ring_buffer_overflowing_in_the_kernel(rb_obj: BPFObject, ord_obj: BPF
     """A full BPF ring buffer fails the program's bpf_ringbuf_reserve/output (the program counts it); no
     reader is told. Every record that fit is delivered once, in order: delivered + failed == written."""
     if reader == "OrderedReader":
-        emit_ordered(ord_obj, 8000, target=1)  # rb0 (256 KiB) holds 6553 40-byte records
-        failed = ord_failed_outputs(ord_obj)
+        emit_ordered(ord_obj, 8000, target=ORD_RB0)  # rb0 (256 KiB) holds 6553 40-byte records
+        failed = counter(ord_obj, "counters")
         written = 8000
         with OrderedReader([ord_obj.maps["rb0"], ord_obj.maps["rb1"]], timestamp=0, window_ms=0) as od:
             seqs = []
@@ -755,7 +739,7 @@ def drain_ring(reader: str, obj: BPFObject, expected: int) -> list[int]:
     s = c.stats()
     assert s.events_read == len(got) and s.events_processed == len(got)
     if kind is BackpressureConsumer:
-        assert s.events_dropped == 0 and bp_invariant(s)  # the queue (10000) holds the whole ring
+        assert s.events_dropped == 0 and accounted(s)  # the queue (10000) holds the whole ring
     return got
 
 
@@ -792,7 +776,7 @@ def test_a_perf_ring_overflowing_in_the_kernel(perf_obj: BPFObject, ord_obj: BPF
             if reader == "PerfReader":
                 emit_perf(obj.programs["emit_perf"], count, first_seq=first, cpu=0)
             else:
-                emit_ordered(obj, count, target=0, seq=first)
+                emit_ordered(obj, count, target=ORD_PERF, seq=first)
 
         def read_all() -> None:
             while True:
@@ -816,7 +800,7 @@ def test_a_perf_ring_overflowing_in_the_kernel(perf_obj: BPFObject, ord_obj: BPF
         if reader == "PerfReader":
             failed = counter(perf_obj, "failed_outputs")
         else:
-            failed = ord_failed_outputs(ord_obj)
+            failed = counter(ord_obj, "counters")
     total_lost = sum(n for _, n in lost)
     assert failed > 0 and total_lost == failed
     assert all(cpu == 0 for cpu, _ in lost)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import gc
 import mmap
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from progs import emit_perf, emit_ring
+from progs import ORD_PERF, ORD_RB0, emit_ordered, emit_perf, emit_ring, old_ts
 
 from pylibbpf import (
     BackpressureConsumer,
@@ -52,7 +51,6 @@ CYCLES = 1000
 OBJECT_CYCLES = {"ringbuf": 1000, "ordered": 200}
 WARMUP = 50
 RSS_SLACK = 8 << 20
-ORDERED_ARGS = struct.Struct("<7Q")  # ordered.bpf.c emit_ordered: count, ts, ts_step, seq, tag, extra, target
 
 
 def rss_bytes() -> int:
@@ -93,11 +91,6 @@ def objs(bpf_objects: dict[str, Path]) -> Iterator[dict[str, BPFObject]]:
     finally:
         for o in opened.values():
             o.close()
-
-
-def old_ts() -> int:
-    """A CLOCK_MONOTONIC timestamp one second ago: past every idle ring's frontier."""
-    return time.clock_gettime_ns(time.CLOCK_MONOTONIC) - 1_000_000_000
 
 
 def one_signal() -> tuple[threading.Event, Callable[[object], None]]:
@@ -147,7 +140,7 @@ def test_ordered_reader_perf(objs: dict[str, BPFObject]) -> None:
 
     def cycle() -> None:
         with OrderedReader(o.maps["events"], timestamp=0, window_ms=0, page_cnt=1) as rd:
-            emit.test_run(ctx=ORDERED_ARGS.pack(1, old_ts(), 0, 0, 0, 0, 0), cpu=0)
+            emit_ordered(emit, 1, ts=old_ts(), step=0, target=ORD_PERF)
             assert rd.read(timeout=5).timestamp > 0
 
     check_flat("OrderedReader (perf)", cycle, CYCLES)
@@ -159,7 +152,7 @@ def test_ordered_reader_ring_buffers(objs: dict[str, BPFObject]) -> None:
 
     def cycle() -> None:
         with OrderedReader([o.maps["rb0"], o.maps["rb1"]], timestamp=0, window_ms=0) as rd:
-            emit.test_run(ctx=ORDERED_ARGS.pack(1, old_ts(), 0, 0, 0, 0, 1), cpu=0)
+            emit_ordered(emit, 1, ts=old_ts(), step=0, target=ORD_RB0)
             assert rd.read(timeout=5).cpu == 0
 
     check_flat("OrderedReader (ring buffers)", cycle, CYCLES)

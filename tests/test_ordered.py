@@ -20,6 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from progs import ORD_EVENT as EVENT
+from progs import ORD_PERF as PERF
+from progs import ORD_RB0 as RB0
+from progs import ORD_RB1 as RB1
+from progs import counter
+from progs import emit_ordered as emit
 
 from pylibbpf import (
     BPFObject,
@@ -33,29 +39,15 @@ from pylibbpf import (
     defevent,
 )
 
-ARGS = struct.Struct("<7Q")     # emit_ordered: count, ts, ts_step, seq, tag, extra, target
 STRESS = struct.Struct("<3Q")   # emit_stress: count, tag, target
-EVENT = struct.Struct("<QQIIQ")  # struct ord_event: ts, seq, cpu, tag, gseq
 ORD_EVENT = defevent("ord_event", ("ts", "u64"), ("seq", "u64"), ("cpu", "u32"), ("tag", "u32"), ("gseq", "u64"))
-PERF, RB0, RB1 = 0, 1, 2
+FAILED, GSEQ = 0, 1             # ordered.bpf.c counters[]: failed outputs, the global sequence
 
 pytestmark = pytest.mark.usefixtures("bpf_privileged")
 
 
 def now_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-
-
-def emit(prog: Program, count: int, *, cpu: int = 0, ts: int = 0, step: int = 1, seq: int = 0, tag: int = 0,
-         extra: int = 0, target: int = PERF) -> None:
-    prog.test_run(ctx=ARGS.pack(count, ts, step & (2**64 - 1), seq, tag, extra, target), cpu=cpu)
-
-
-def counter(obj: BPFObject, idx: int) -> int:
-    """counters[0]: failed outputs; [1]: the global sequence; [2]: the last output error."""
-    raw = obj.maps["counters"].lookup(idx)
-    assert isinstance(raw, bytes)
-    return int.from_bytes(raw, "little")
 
 
 def drain(rd: OrderedReader, timeout: float = 0.1) -> list[Record]:
@@ -194,7 +186,7 @@ def test_a_full_ring_shows_lost_samples_and_never_blocks_the_merge(obj: BPFObjec
         got = drain(rd)
         stats = rd.stats()
         assert stats.backlog[cpus[1]] > 0                             # the held record is still there
-    failed = counter(obj, 0)
+    failed = counter(obj, "counters", FAILED)
     lost = [r for r in got if r.lost_samples]
     samples = [r for r in got if not r.lost_samples]
     assert failed > 0 and lost
@@ -406,7 +398,7 @@ def _stress(obj: BPFObject, rd: OrderedReader, target: int, cpus: list[int], run
         take(batch)
     stats = rd.stats()
 
-    total, failed = counter(obj, 1), counter(obj, 0)
+    total, failed = counter(obj, "counters", GSEQ), counter(obj, "counters", FAILED)
     gseqs = [r[4] for r in rows]
     assert len(set(gseqs)) == len(gseqs)                        # nothing twice
     assert len(gseqs) + failed == total                          # every global seq arrived or was lost
@@ -442,4 +434,4 @@ def test_stress_ring_buffers(obj: BPFObject, cpus: list[int]) -> None:
     maps: list[Map] = [obj.maps["rb0"], obj.maps["rb1"]]
     with OrderedReader(maps, timestamp="ts", event=ORD_EVENT) as rd:
         _stress(obj, rd, RB0, cpus, runs=60, per_run=100)
-    assert counter(obj, 0) == 0
+    assert counter(obj, "counters", FAILED) == 0

@@ -7,25 +7,21 @@ BPF_PROG_TEST_RUN pinned to a CPU, so each test knows which ring gets what.
 from __future__ import annotations
 
 import errno
-import struct
+import functools
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from progs import ORD_EVENT as EVENT
+from progs import emit_ordered
 
 from pylibbpf import BPFObject, ClosedError, PerfReader, Program, Record
 
-ARGS = struct.Struct("<7Q")     # args[0..6] of emit_ordered (see the program's header comment)
-EVENT = struct.Struct("<QQIIQ")  # struct ord_event: ts, seq, cpu, tag, gseq
-
 pytestmark = pytest.mark.usefixtures("bpf_privileged")
 
-
-def emit(prog: Program, count: int, *, cpu: int, ts: int = 0, step: int = 0, seq: int = 0, tag: int = 0,
-         extra: int = 0) -> None:
-    prog.test_run(ctx=ARGS.pack(count, ts, step & (2**64 - 1), seq, tag, extra, 0), cpu=cpu)
+emit = functools.partial(emit_ordered, step=0)  # into the perf array; the reader ignores timestamps
 
 
 def counter(obj: BPFObject, idx: int) -> int:
