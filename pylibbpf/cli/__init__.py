@@ -42,15 +42,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn, TextIO
 
-from .consumers import BackpressureConsumer, BackpressureStats, SamplingConsumer
-from .errors import BPFError, LoadError
-from .events import EventDef, EventRecord
-from .object import BPFObject, Link, Map
-from .perfbuf import OrderedBatch, OrderedReader, OrderedStats
-from .ringbuf import RingBuffer
+from ..consumers import BackpressureConsumer, BackpressureStats, SamplingConsumer
+from ..errors import BPFError, LoadError
+from ..events import EventDef, EventRecord
+from ..object import BPFObject, Link, Map
+from ..perfbuf import OrderedBatch, OrderedReader, OrderedStats
+from ..ringbuf import RingBuffer
 
 #: Where the bundled objects are installed (package data).
-BUNDLED_DIR = Path(__file__).resolve().parent / "bpf"
+BUNDLED_DIR = Path(__file__).resolve().parent.parent / "bpf"
 #: The kernel's own BTF: CO-RE relocations are resolved against it.
 VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
 #: Where tracefs is looked for (libbpf reads tracepoint ids from either).
@@ -796,7 +796,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version_text() -> str:
-    from . import __version__, libbpf_version
+    from .. import __version__, libbpf_version
 
     return f"pylibbpf {__version__} (libbpf {libbpf_version()})"
 
