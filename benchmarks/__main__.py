@@ -1,10 +1,18 @@
 """Run the benchmark suite: ``python -m benchmarks [--quick] [--json FILE] [--runs N] [--only NAMES]``.
 
 Every measurement runs in a fresh process (a new producer object, an empty
-ring): the C consumer is benchmarks/build/bench_c, the Python consumers run as
-``python -m benchmarks --one SPEC``. The full suite takes the median of
-``--runs`` (3) runs; ``--quick`` runs a one-minute subset once. Prints a
-markdown table and the target ratios; ``--json`` writes the results.
+ring): the C consumer is benchmarks/build/bench_c, the copy ceiling
+benchmarks/build/memcpy_bw, the Python consumers run as
+``python -m benchmarks --one SPEC``.
+
+A repetition runs every measurement once, grouped by (mode, event size) so
+that the consumers compared with each other run one right after the other.
+Ratios (against C, bcc, memcpy) are computed inside each repetition, from
+measurements taken seconds apart, and the table reports their median with the
+smallest and largest: a noisy host moves absolute rates far more than it moves
+these. ``--runs`` repetitions (3 by default, with or without ``--quick``;
+``--quick`` runs only the rows the targets use). ``--json`` keeps every
+repetition's raw figures.
 """
 
 from __future__ import annotations
@@ -21,13 +29,20 @@ from typing import Any
 
 from . import bcc_consumer  # also registers the bcc-ringbuf consumer
 from .consumers_py import CONSUMERS, NOTES, PERF_PAGES
-from .producers import BENCH_C, PRODUCER_OBJ, build, online_cpus, pin
+from .producers import BENCH_C, MEMCPY_C, PRODUCER_OBJ, build, online_cpus, pin
 
 SIZES = (32, 128, 1024)
-C_CONSUMERS = {"c-ringbuf": "ringbuf", "c-perfbuf": "perfbuf"}
-ORDER = ["c-ringbuf", "bcc-ringbuf", "bcc-ringbuf-event", "pylibbpf-ringbuf-callback", "pylibbpf-ringbuf-batch",
+C_CONSUMERS = {"c-ringbuf": "ringbuf", "c-perfbuf": "perfbuf", "c-memcpy": "memcpy"}
+C_MODES = {"c-memcpy": ("drain",)}   # the copy ceiling has no producer: drain only
+ORDER = ["c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "bcc-ringbuf-event",
+         "pylibbpf-ringbuf-callback", "pylibbpf-ringbuf-noop", "pylibbpf-ringbuf-batch",
          "pylibbpf-ringbuf-numpy", "pylibbpf-backpressure", "c-perfbuf", "pylibbpf-perfbuf-callback",
          "pylibbpf-perfbuf-batch", "pylibbpf-ordered-batch", "pylibbpf-ordered-numpy"]
+# The rows the targets read: --quick runs only these.
+QUICK = {"c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "pylibbpf-ringbuf-callback",
+         "pylibbpf-ringbuf-noop", "pylibbpf-ringbuf-batch", "pylibbpf-ringbuf-numpy", "c-perfbuf",
+         "pylibbpf-ordered-numpy"}
+ORDERED_WINDOW_MS = 5   # OrderedReader's default window: its latency target is window + 1 ms
 LATENCY_RATE = 10_000   # events per second, one per trigger
 PERF_WAKEUP_C = 4096    # the C perf consumer's wakeup_events in throughput runs (pylibbpf's PerfBuffer: 1)
 KEPT_UP = 0.1           # a steady consumer done within this share of the run after the producer kept up
@@ -50,25 +65,35 @@ def params(kind: str, mode: str, size: int, quick: bool, is_c: bool) -> dict[str
     return {"events": 5_000 if quick else 20_000, "rate": LATENCY_RATE}
 
 
+def modes_of(name: str) -> tuple[str, ...]:
+    if name in CONSUMERS:
+        return CONSUMERS[name].modes
+    return C_MODES.get(name, ("drain", "steady", "latency"))
+
+
 def plan(quick: bool, only: set[str] | None) -> list[tuple[str, str, int]]:
-    """(consumer, mode, size) triples: every mode at every size; latency at 32 B."""
-    names = [n for n in ORDER if only is None or n in only]
+    """(consumer, mode, size) triples, grouped by (mode, size): every mode at every size; latency at 32 B.
+
+    Within a group the consumers run one after the other, so a repetition
+    compares each consumer with its C and bcc baselines measured seconds apart.
+    """
+    names = [n for n in ORDER if (only is None or n in only) and (not quick or n in QUICK)]
     runs = []
-    for name in names:
-        modes = CONSUMERS[name].modes if name in CONSUMERS else ("drain", "steady", "latency")
-        for mode in ("drain", "steady", "latency"):
-            if mode not in modes:
-                continue
-            sizes: tuple[int, ...] = (32,) if mode == "latency" else SIZES
-            if quick:
-                sizes = {"drain": (32, 1024), "steady": (32,), "latency": (32,)}[mode]
-            runs.extend((name, mode, size) for size in sizes)
+    for mode in ("drain", "steady", "latency"):
+        sizes: tuple[int, ...] = (32,) if mode == "latency" else SIZES
+        if quick:
+            sizes = {"drain": (32, 1024), "steady": (32,), "latency": (32,)}[mode]
+        for size in sizes:
+            runs.extend((name, mode, size) for name in names if mode in modes_of(name))
     return runs
 
 
 def run_once(name: str, mode: str, size: int, quick: bool, env: dict[str, str]) -> dict[str, Any]:
     """One measurement in its own process; the raw figures (or an "error")."""
-    if name in C_CONSUMERS:
+    if name == "c-memcpy":
+        p = params("ringbuf", mode, size, quick, True)
+        cmd = [str(MEMCPY_C), str(size), str(p["events"]), f"min_time_ms={int(p['min_time_s'] * 1000)}"]
+    elif name in C_CONSUMERS:
         kind = C_CONSUMERS[name]
         p = params(kind, mode, size, quick, True)
         cmd = [str(BENCH_C), str(PRODUCER_OBJ), kind, mode, str(size), str(p["events"]),
@@ -100,12 +125,19 @@ def one(spec: dict[str, Any]) -> None:
     print(json.dumps(out))
 
 
+def events_per_s(raw: dict[str, Any] | None) -> float | None:
+    if not raw or "error" in raw or not raw.get("wall_s"):
+        return None
+    return float(raw["received"]) / float(raw["wall_s"])
+
+
 def row(name: str, mode: str, size: int, raws: list[dict[str, Any]]) -> dict[str, Any]:
-    """The published row: medians over the runs; missing is the worst run's."""
+    """The published row: medians over the repetitions; missing is the worst repetition's."""
     good = [r for r in raws if "error" not in r]
     base: dict[str, Any] = {"consumer": name, "mode": mode, "event_size": size, "events_per_s": None,
                             "cpu_s_per_million": None, "ratio_to_c": None, "ratio_to_bcc": None, "missing": None,
-                            "p50_us": None, "p99_us": None, "runs": len(good), "lower_bound": False, "notes": []}
+                            "p50_us": None, "p99_us": None, "runs": len(good), "lower_bound": False, "notes": [],
+                            "repetitions": raws}
     if not good:
         base["error"] = raws[0].get("error") if raws else "not run"
         return base
@@ -134,47 +166,100 @@ def row(name: str, mode: str, size: int, raws: list[dict[str, Any]]) -> dict[str
     return base
 
 
+def spread(values: list[float]) -> dict[str, Any] | None:
+    """Median, min and max of per-repetition ratios (None when no repetition had both sides)."""
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values),
+            "per_repetition": values}
+
+
+def kind_of(name: str) -> str:
+    if name in C_CONSUMERS:
+        return C_CONSUMERS[name]
+    return CONSUMERS[name].kind if name in CONSUMERS else "ringbuf"
+
+
+def baselines(name: str, mode: str, size: int) -> dict[str, tuple[str, str, int]]:
+    """What a row is compared with: its C consumer, bcc (ring buffers; empty callbacks with each other),
+    and the copy ceiling (ring-buffer drains)."""
+    kind = kind_of(name)
+    out = {}
+    if kind in ("ringbuf", "perfbuf"):
+        out["c"] = (f"c-{kind}", mode, size)
+    if kind == "ringbuf":
+        out["bcc"] = ("bcc-ringbuf-noop" if name.endswith("-noop") else "bcc-ringbuf", mode, size)
+        if mode == "drain":
+            out["memcpy"] = ("c-memcpy", mode, size)
+    return out
+
+
 def add_ratios(rows: list[dict[str, Any]]) -> None:
+    """Per-repetition ratios against each baseline, reported as median [min, max].
+
+    ``ratio_to_X`` is events/s over X's events/s in the same repetition;
+    latency rows also get ``p50_ratio_to_c`` and ``p99_ratio_to_c``.
+    """
     by_key = {(r["consumer"], r["mode"], r["event_size"]): r for r in rows}
     for r in rows:
-        kind = C_CONSUMERS.get(r["consumer"]) or (CONSUMERS[r["consumer"]].kind if r["consumer"] in CONSUMERS
-                                                   else "ringbuf")
-        c = by_key.get((f"c-{kind}", r["mode"], r["event_size"]))
-        bcc = by_key.get(("bcc-ringbuf", r["mode"], r["event_size"])) if kind == "ringbuf" else None
-        eps = r["events_per_s"]
-        if eps is not None and c and c["events_per_s"]:
-            r["ratio_to_c"] = eps / c["events_per_s"]
-        if eps is not None and bcc and bcc["events_per_s"]:
-            r["ratio_to_bcc"] = eps / bcc["events_per_s"]
-        if r["mode"] == "latency" and r["p99_us"] is not None and c and c["p99_us"]:
-            r["p99_ratio_to_c"] = r["p99_us"] / c["p99_us"]
+        key = (r["consumer"], r["mode"], r["event_size"])
+        for label, base_key in baselines(*key).items():
+            base = by_key.get(base_key)
+            if base is None or base_key == key:
+                continue
+            pairs = list(zip(r["repetitions"], base["repetitions"]))
+            eps = [a / b for a, b in ((events_per_s(x), events_per_s(y)) for x, y in pairs) if a and b]
+            stats = spread(eps)
+            r[f"ratio_to_{label}"] = stats and stats["median"]
+            r[f"ratio_to_{label}_spread"] = stats
+            if label == "c" and r["mode"] == "latency":
+                for q in ("p50", "p99"):
+                    lat = [x[f"{q}_us"] / y[f"{q}_us"] for x, y in pairs
+                           if "error" not in x and "error" not in y and x.get(f"{q}_us") and y.get(f"{q}_us")]
+                    stats = spread(lat)
+                    r[f"{q}_ratio_to_c"] = stats and stats["median"]
+                    r[f"{q}_ratio_to_c_spread"] = stats
 
 
 def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The issue's targets, each with the measured ratio (None when a side is missing)."""
-    def get(name: str, mode: str, size: int, key: str) -> float | None:
+    """The performance targets, each with the measured median and its [min, max] over repetitions."""
+    def get(name: str, mode: str, size: int, key: str) -> dict[str, Any] | None:
         for r in rows:
             if (r["consumer"], r["mode"], r["event_size"]) == (name, mode, size):
-                return r.get(key)
+                found = r.get(f"{key}_spread")
+                if found is None and r.get(key) is not None:   # an absolute figure: one median
+                    values = [x[key] for x in r["repetitions"] if "error" not in x and x.get(key) is not None]
+                    found = spread(values)
+                return found
         return None
 
-    out = []
+    out: list[dict[str, Any]] = []
+
+    def want(target: str, want: float, got: dict[str, Any] | None, lower_is_better: bool = False) -> None:
+        out.append({"target": target, "want": want, "lower_is_better": lower_is_better,
+                    "ratio": got and got["median"], "min": got and got["min"], "max": got and got["max"]})
+
+    for name in ("pylibbpf-ringbuf-callback", "pylibbpf-ringbuf-batch"):
+        want(f"{name} latency p50 <= 1.3x C's", 1.3, get(name, "latency", 32, "p50_ratio_to_c"), True)
+        want(f"{name} latency p99 <= 2x C's", 2.0, get(name, "latency", 32, "p99_ratio_to_c"), True)
+    want("pylibbpf-ringbuf-numpy latency p50 <= 2x C's", 2.0,
+         get("pylibbpf-ringbuf-numpy", "latency", 32, "p50_ratio_to_c"), True)
+    want(f"pylibbpf-ordered-numpy latency p99 <= {ORDERED_WINDOW_MS + 1} ms (window + 1 ms), in µs",
+         (ORDERED_WINDOW_MS + 1) * 1000.0, get("pylibbpf-ordered-numpy", "latency", 32, "p99_us"), True)
+    want("pylibbpf-ringbuf-numpy drain >= 0.5x c-ringbuf, 32 B", 0.5,
+         get("pylibbpf-ringbuf-numpy", "drain", 32, "ratio_to_c"))
+    want("pylibbpf-ringbuf-numpy drain >= 0.5x memcpy, 1024 B", 0.5,
+         get("pylibbpf-ringbuf-numpy", "drain", 1024, "ratio_to_memcpy"))
+    want("pylibbpf-ordered-numpy drain >= 0.35x c-perfbuf, 32 B", 0.35,
+         get("pylibbpf-ordered-numpy", "drain", 32, "ratio_to_c"))
+    want("pylibbpf-ringbuf-noop >= 3x bcc-ringbuf-noop (empty callback), 32 B, drain", 3.0,
+         get("pylibbpf-ringbuf-noop", "drain", 32, "ratio_to_bcc"))
     for mode in ("drain", "steady"):
-        out.append({"target": f"pylibbpf-ringbuf-callback >= 2.5x bcc-ringbuf, 32 B, {mode}", "want": 2.5,
-                    "ratio": get("pylibbpf-ringbuf-callback", mode, 32, "ratio_to_bcc")})
-    out.append({"target": "pylibbpf-ringbuf-numpy >= 25% of c-ringbuf, 32 B, drain", "want": 0.25,
-                "ratio": get("pylibbpf-ringbuf-numpy", "drain", 32, "ratio_to_c")})
-    for name in ("pylibbpf-ordered-batch", "pylibbpf-ordered-numpy"):
-        out.append({"target": f"{name} >= 50% of c-perfbuf, 32 B, drain", "want": 0.5,
-                    "ratio": get(name, "drain", 32, "ratio_to_c")})
-    for name in ORDER:
-        if name in C_CONSUMERS or get(name, "latency", 32, "p99_ratio_to_c") is None:
-            continue
-        out.append({"target": f"{name} latency p99 <= 2x C's", "want": 2.0, "lower_is_better": True,
-                    "ratio": get(name, "latency", 32, "p99_ratio_to_c")})
+        want(f"pylibbpf-ringbuf-callback >= 2.5x bcc-ringbuf, 32 B, {mode}", 2.5,
+             get("pylibbpf-ringbuf-callback", mode, 32, "ratio_to_bcc"))
     for t in out:
         ratio = t["ratio"]
-        t["met"] = None if ratio is None else (ratio <= t["want"] if t.get("lower_is_better") else ratio >= t["want"])
+        t["met"] = None if ratio is None else (ratio <= t["want"] if t["lower_is_better"] else ratio >= t["want"])
     return out
 
 
@@ -182,9 +267,19 @@ def fmt(value: float | None, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
 
+def fmt_spread(stats: dict[str, Any] | None, spec: str) -> str:
+    """``median (min–max)`` of a per-repetition ratio."""
+    if not stats:
+        return "—"
+    if stats["n"] == 1:
+        return format(stats["median"], spec)
+    return f"{stats['median']:{spec}} ({stats['min']:{spec}}–{stats['max']:{spec}})"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| consumer | mode | S | events/s | CPU-s / M ev | × C | × bcc | missing | p50 µs | p99 µs | notes |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| consumer | mode | S | events/s | CPU-s / M ev | × C | × bcc | × memcpy | missing | p50 µs | p99 µs "
+             "| p50 × C | p99 × C | notes |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         eps = fmt(r["events_per_s"] and r["events_per_s"] / 1e6, ".3f") + " M"
         if r["lower_bound"]:
@@ -192,9 +287,12 @@ def table(rows: list[dict[str, Any]]) -> str:
         notes = "; ".join(([f"skipped: {r['skipped']}"] if r.get("skipped") else [])
                           + ([f"error: {r['error'][:120]}"] if r.get("error") else []) + r["notes"])
         lines.append(f"| {r['consumer']} | {r['mode']} | {r['event_size']} | {eps if r['events_per_s'] else '—'} "
-                     f"| {fmt(r['cpu_s_per_million'], '.3f')} | {fmt(r['ratio_to_c'], '.3f')} "
-                     f"| {fmt(r['ratio_to_bcc'], '.2f')} | {fmt(r['missing'], 'd')} | {fmt(r['p50_us'], '.1f')} "
-                     f"| {fmt(r['p99_us'], '.1f')} | {notes} |")
+                     f"| {fmt(r['cpu_s_per_million'], '.3f')} | {fmt_spread(r.get('ratio_to_c_spread'), '.3f')} "
+                     f"| {fmt_spread(r.get('ratio_to_bcc_spread'), '.2f')} "
+                     f"| {fmt_spread(r.get('ratio_to_memcpy_spread'), '.3f')} | {fmt(r['missing'], 'd')} "
+                     f"| {fmt(r['p50_us'], '.1f')} | {fmt(r['p99_us'], '.1f')} "
+                     f"| {fmt_spread(r.get('p50_ratio_to_c_spread'), '.2f')} "
+                     f"| {fmt_spread(r.get('p99_ratio_to_c_spread'), '.2f')} | {notes} |")
     return "\n".join(lines)
 
 
@@ -211,9 +309,9 @@ def machine() -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="a one-minute subset, one run each")
+    ap.add_argument("--quick", action="store_true", help="only the rows the targets use (still --runs repetitions)")
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
-    ap.add_argument("--runs", type=int, help="runs per measurement (median); default 3, or 1 with --quick")
+    ap.add_argument("--runs", type=int, default=3, help="repetitions (median of per-repetition ratios); default 3")
     ap.add_argument("--only", help="comma-separated consumer names")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -226,17 +324,19 @@ def main() -> None:
     started = time.monotonic()
     build()
     bcc_env, bcc_skip = bcc_consumer.prepare()
-    runs = args.runs or (1 if args.quick else 3)
+    runs = max(1, args.runs)
     only = set(args.only.split(",")) if args.only else None
     todo = plan(args.quick, only)
     skips = {name: bcc_skip if name.startswith("bcc-") else
              (CONSUMERS[name].skip_reason() if name in CONSUMERS else None) for name, _, _ in todo}
-    # Repetitions are interleaved (every measurement once, then again), so that a
-    # noisy stretch of the host does not hit all runs of one consumer.
+    # Repetitions are interleaved (every measurement once, then again), and inside
+    # one the consumers of a (mode, size) run back to back, so that a noisy
+    # stretch of the host hits a consumer and its baselines alike.
     raws: dict[tuple[str, str, int], list[dict[str, Any]]] = {key: [] for key in todo}
     for rep in range(runs):
         for name, mode, size in todo:
             if skips[name]:
+                raws[(name, mode, size)].append({"error": f"skipped: {skips[name]}"})
                 continue
             raw = run_once(name, mode, size, args.quick, bcc_env)
             raws[(name, mode, size)].append(raw)
@@ -257,7 +357,8 @@ def main() -> None:
     print()
     for t in report["targets"]:
         state = {True: "met", False: "MISSED", None: "not measured"}[t["met"]]
-        print(f"- {t['target']}: {fmt(t['ratio'], '.3f')} ({state})")
+        got = fmt(t["ratio"], ".3f") + (f" [{t['min']:.3f}–{t['max']:.3f}]" if t["min"] is not None else "")
+        print(f"- {t['target']}: {got} ({state})")
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:

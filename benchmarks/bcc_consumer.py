@@ -191,6 +191,30 @@ def bcc_ringbuf(size: int, check: SeqCheck) -> Reader:
     return _reader(b, fn, size)
 
 
+@consumer("bcc-ringbuf-noop", "ringbuf", modes=("drain", "steady"))
+def bcc_ringbuf_noop(size: int, check: SeqCheck) -> Reader:
+    """bcc with a ctypes callback that does nothing: the cost of one call per event.
+
+    bcc's ``ring_buffer_consume()``/``ring_buffer_poll()`` return nothing, so
+    this row calls the libbcc functions they wrap (``bpf_consume_ringbuf``,
+    ``bpf_poll_ringbuf``), which return the number of events handled.
+    """
+    b, fn = _load(size)
+    from bcc.libbcc import lib as libbcc  # importable once _load put bcc on sys.path
+
+    b["rb"].open_ring_buffer(lambda ctx, data, size: 0)
+    manager = b._ringbuf_manager
+
+    def failures() -> int:
+        return int(b["failures"][ctypes.c_int(0)].value)
+
+    def step(timeout_ms: int) -> int:
+        got = libbcc.bpf_poll_ringbuf(manager, timeout_ms) if timeout_ms else libbcc.bpf_consume_ringbuf(manager)
+        return check.add(max(0, got))
+
+    return Reader(step, Trigger(fn.fd, size, per_cpu=False, max_chunk=MAX_CHUNK), failures, b.cleanup)
+
+
 @consumer("bcc-ringbuf-event", "ringbuf", modes=("drain", "steady"))
 def bcc_ringbuf_event(size: int, check: SeqCheck) -> Reader:
     """bcc as its tools and tutorials write it: ``event = b["rb"].event(data)`` per event (for context)."""

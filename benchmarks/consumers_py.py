@@ -109,6 +109,20 @@ def ringbuf_callback(size: int, check: SeqCheck) -> Reader:
     return Reader(lambda t: rb.poll(t) if t else rb.consume(), trigger, failures, closing(rb, obj))
 
 
+@consumer("pylibbpf-ringbuf-noop", "ringbuf", modes=("drain", "steady"))
+def ringbuf_noop(size: int, check: SeqCheck) -> Reader:
+    """RingBuffer with a callback that does nothing: the cost of one Python call per event.
+
+    Counted from ``poll()``/``consume()``'s return value (events handled), so
+    these rows carry no per-event sequence check; the totals are still checked.
+    """
+    from pylibbpf import RingBuffer
+
+    obj, trigger, failures = libbpf_producer("ringbuf", size)
+    rb = RingBuffer(obj.maps[RING_MAP], lambda data: None)
+    return Reader(lambda t: check.add(rb.poll(t) if t else rb.consume()), trigger, failures, closing(rb, obj))
+
+
 @consumer("pylibbpf-ringbuf-batch", "ringbuf")
 def ringbuf_batch(size: int, check: SeqCheck) -> Reader:
     """rb.read_batch(): one C drain per call, the records iterated as memoryviews in Python."""

@@ -24,6 +24,7 @@ BUILD = HERE / "build"
 LIBBPF = ROOT / "vendor" / "libbpf" / "build" / "install"
 PRODUCER_OBJ = BUILD / "producer.bpf.o"
 BENCH_C = BUILD / "bench_c"
+MEMCPY_C = BUILD / "memcpy_bw"
 
 MERGE_SOURCES = ("plb_merge", "plb_perfring", "plb_ringbuf")
 PRODUCE_ARGS = struct.Struct("<4Q")   # count, first_seq, size, flags (struct produce_args)
@@ -47,6 +48,9 @@ def build() -> None:
     if not BENCH_C.exists() or BENCH_C.stat().st_mtime < max(p.stat().st_mtime for p in inputs):
         subprocess.run(["gcc", "-O2", "-flto=auto", "-Wall", "-Wextra", f"-I{LIBBPF / 'include'}", f"-I{csrc}",
                         str(src), *map(str, shim), str(lib), "-lelf", "-lz", "-o", str(BENCH_C)], check=True)
+    copy_src = HERE / "c" / "memcpy_bw.c"
+    if not MEMCPY_C.exists() or MEMCPY_C.stat().st_mtime < copy_src.stat().st_mtime:
+        subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", str(copy_src), "-o", str(MEMCPY_C)], check=True)
 
 
 def pin(cpu: int) -> None:
