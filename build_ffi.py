@@ -36,6 +36,7 @@ CDEFS = [
     "cdef/shim_queue.h",      # bounded queue and native reader thread (after shim_ringbuf.h)
     "cdef/shim_merge.h",      # ordered k-way merge over perf rings and ring buffers
     "cdef/shim_perf.h",       # perf event attrs, raw perf callbacks (after shim_merge.h)
+    "cdef/shim_program.h",    # attach helpers: iterator map target, XDP modes
 ]
 # C shim sources compiled into the same extension.
 SOURCES = [
@@ -48,6 +49,7 @@ SOURCES = [
     "csrc/plb_perfring.c",
     "csrc/plb_merge.c",
     "csrc/plb_perfattr.c",
+    "csrc/plb_program.c",
 ]
 
 

@@ -30,6 +30,7 @@ struct plb_waiter {
 };
 int plb_waiter_init(struct plb_waiter *w, int fd);
 int plb_waiter_add(struct plb_waiter *w, int fd);
+int plb_waiter_add_writable(struct plb_waiter *w, int fd);
 int plb_waiter_wait(struct plb_waiter *w, int timeout_ms);
 void plb_waiter_wake(struct plb_waiter *w);
 void plb_waiter_close(struct plb_waiter *w);

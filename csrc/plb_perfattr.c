@@ -6,8 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "plb_batch.h"
+
+/* The fields every event we open shares: the struct's own size, then what to count. */
+static void attr_init(struct perf_event_attr *attr, uint32_t type, uint64_t config)
+{
+	memset(attr, 0, sizeof(*attr));
+	attr->size = sizeof(*attr);
+	attr->type = type;
+	attr->config = config;
+}
 
 struct perf_event_attr *plb_perf_attr_new(uint64_t sample_type, uint32_t wakeup_events,
 					  uint32_t watermark_bytes, int clockid)
@@ -20,9 +31,7 @@ struct perf_event_attr *plb_perf_attr_new(uint64_t sample_type, uint32_t wakeup_
 	}
 	/* What libbpf's perf_buffer__new sets (libbpf.c), for the BPF output
 	 * event that bpf_perf_event_output() writes into. */
-	attr->size = sizeof(*attr);
-	attr->type = PERF_TYPE_SOFTWARE;
-	attr->config = PERF_COUNT_SW_BPF_OUTPUT;
+	attr_init(attr, PERF_TYPE_SOFTWARE, PERF_COUNT_SW_BPF_OUTPUT);
 	attr->sample_period = 1;
 	attr->sample_type = sample_type;
 	/* wakeup_events and wakeup_watermark share a union; the watermark bit
@@ -43,6 +52,21 @@ struct perf_event_attr *plb_perf_attr_new(uint64_t sample_type, uint32_t wakeup_
 void plb_perf_attr_free(struct perf_event_attr *attr)
 {
 	free(attr);
+}
+
+int plb_perf_event_open(uint32_t type, uint64_t config, uint64_t period_or_freq, int freq,
+			int pid, int cpu)
+{
+	struct perf_event_attr attr;
+	long fd;
+
+	attr_init(&attr, type, config);
+	/* sample_period and sample_freq share a union; the freq bit says which
+	 * one the kernel reads (kernel/events/core.c). */
+	attr.sample_period = period_or_freq;
+	attr.freq = freq ? 1 : 0;
+	fd = syscall(__NR_perf_event_open, &attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC);
+	return fd < 0 ? -errno : (int)fd;
 }
 
 enum bpf_perf_event_ret plb_perf_event_ignore(void *ctx, int cpu, struct perf_event_header *ev)

@@ -27,6 +27,16 @@ struct perf_event_attr *plb_perf_attr_new(uint64_t sample_type, uint32_t wakeup_
 					  uint32_t watermark_bytes, int clockid);
 void plb_perf_attr_free(struct perf_event_attr *attr);
 
+/* Open a sampling perf event for Program.attach_perf_event (the event a
+ * perf_event BPF program runs on): (type, config) as in perf_event_open(2),
+ * sampling every period_or_freq events, or period_or_freq times a second when
+ * freq is non-zero, for pid (-1: every process) on cpu (-1: any CPU).
+ * Returns the fd (close-on-exec, enabled) or -errno: -ENOENT / -EOPNOTSUPP
+ * where the PMU lacks the event. The freq bit is a bitfield, which CFFI
+ * cannot set from a cdef: hence C. */
+int plb_perf_event_open(uint32_t type, uint64_t config, uint64_t period_or_freq, int freq,
+			int pid, int cpu);
+
 /* perf_buffer_event_fn that consumes nothing: for a perf_buffer whose rings
  * are read raw through perf_buffer__buffer() (the merge), where libbpf must
  * never read them itself. */

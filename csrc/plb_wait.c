@@ -42,6 +42,13 @@ int plb_waiter_add(struct plb_waiter *w, int fd)
 	return epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
 }
 
+int plb_waiter_add_writable(struct plb_waiter *w, int fd)
+{
+	struct epoll_event ev = { .events = EPOLLOUT | EPOLLET, .data.u64 = (uint64_t)fd };
+
+	return epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
 int plb_waiter_wait(struct plb_waiter *w, int timeout_ms)
 {
 	struct epoll_event evs[8];

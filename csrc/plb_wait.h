@@ -18,6 +18,11 @@ struct plb_waiter {
 int plb_waiter_init(struct plb_waiter *w, int fd);
 /* Watch one more fd (e.g. several perf ring fds); returns 0 or -errno. */
 int plb_waiter_add(struct plb_waiter *w, int fd);
+/* Watch fd for room to write (EPOLLOUT), edge-triggered: a user ring buffer
+ * reports EPOLLOUT while any byte is free, so a level watch would spin while
+ * the free space is too small for the record; an edge comes with each drain.
+ * Returns 0 or -errno. */
+int plb_waiter_add_writable(struct plb_waiter *w, int fd);
 /* Wait up to timeout_ms (-1: forever): 1 when a watched fd is ready, 0 on
  * timeout, -ECANCELED once woken, -EINTR on a signal, else -errno. */
 int plb_waiter_wait(struct plb_waiter *w, int timeout_ms);

@@ -12,6 +12,7 @@
 #include "plb_reader.h"
 #include "plb_merge.h"
 #include "plb_perfattr.h"
+#include "plb_program.h"
 
 /* Defined by CFFI (extern "Python+C" in cdef/shim.h): logs one libbpf message. */
 void plb_py_log(int level, const char *msg);

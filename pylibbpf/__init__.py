@@ -8,6 +8,7 @@ classes do not wrap.
 
 from __future__ import annotations
 
+from . import features
 from ._ffi import ffi, lib
 from ._reader import Batch
 from ._version import __version__
@@ -32,11 +33,13 @@ from .events import (
     make_event_parser,
     make_event_serializer,
 )
-from .object import BPFObject, Link, Map, Program, TestRun
+from .object import BPFObject, Map
 from .perfbuf import OrderedBatch, OrderedReader, OrderedStats, PerfBuffer, PerfReader, Record
+from .program import Link, Program, ProgramStats, TestRun, enable_stats
 from .ringbuf import (
     RingBuffer,
     RingBufLayout,
+    UserRingBuffer,
     map_ringbuf,
     peek_ringbuf_events,
     process_events,
@@ -69,6 +72,7 @@ __all__ = [
     "PerfBuffer",
     "PerfReader",
     "Program",
+    "ProgramStats",
     "Record",
     "RingBufConsumer",
     "RingBufLayout",
@@ -76,9 +80,12 @@ __all__ = [
     "SamplingConsumer",
     "SamplingStats",
     "TestRun",
+    "UserRingBuffer",
     "__version__",
     "backpressure_consumer",
     "defevent",
+    "enable_stats",
+    "features",
     "ffi",
     "lib",
     "libbpf_version",

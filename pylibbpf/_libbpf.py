@@ -547,3 +547,215 @@ def plb_reader_destroy(reader: CData) -> None:
 
 def plb_reader_stats(reader: CData, out: CData) -> None:
     lib.plb_reader_stats(reader, out)
+
+
+# --- programs: load knobs, attach family, pinning, stats (program.py) ----------------------------
+
+def _attached(call: Any, what: str, *args: Any) -> CData:
+    """Call an attach function; on NULL, BPFError with libbpf's own last complaint appended.
+
+    libbpf logs why an attach failed (which symbol, which file, which
+    tracepoint) before it returns NULL; that line names what was not found.
+    """
+    sync_log_level()
+    with capture_log() as lines:
+        ptr = call(*args)
+    if ptr == ffi.NULL:
+        err = ffi.errno or errno.EINVAL
+        said = [line.strip() for line in lines if line.strip()]
+        message = strerror(err) + (f" (libbpf: {said[-1]})" if said else "")
+        raise BPFError(err, message, what)
+    return ptr
+
+
+def bpf_program__autoload(prog: CData) -> bool:
+    return bool(lib.bpf_program__autoload(prog))
+
+
+def bpf_program__set_autoload(prog: CData, autoload: bool, what: str) -> None:
+    check(lib.bpf_program__set_autoload(prog, autoload), what)
+
+
+def bpf_program__set_autoattach(prog: CData, autoattach: bool) -> None:
+    lib.bpf_program__set_autoattach(prog, autoattach)
+
+
+def bpf_program__expected_attach_type(prog: CData) -> int:
+    return int(lib.bpf_program__expected_attach_type(prog))
+
+
+def bpf_program__attach_tracepoint(prog: CData, category: str, name: str, what: str) -> CData:
+    return _attached(lib.bpf_program__attach_tracepoint, what, prog, cstr(category), cstr(name))
+
+
+def bpf_program__attach_raw_tracepoint(prog: CData, name: str, what: str) -> CData:
+    return _attached(lib.bpf_program__attach_raw_tracepoint, what, prog, cstr(name))
+
+
+def bpf_program__attach_kprobe_opts(prog: CData, func: str, retprobe: bool, offset: int, what: str) -> CData:
+    opts = ffi.new("struct bpf_kprobe_opts *")
+    opts.sz = ffi.sizeof("struct bpf_kprobe_opts")
+    opts.retprobe = retprobe
+    opts.offset = offset
+    return _attached(lib.bpf_program__attach_kprobe_opts, what, prog, cstr(func), opts)
+
+
+def bpf_program__attach_uprobe_opts(prog: CData, pid: int, binary: str, offset: int, symbol: str | None,
+                                    retprobe: bool, what: str) -> CData:
+    opts = ffi.new("struct bpf_uprobe_opts *")
+    opts.sz = ffi.sizeof("struct bpf_uprobe_opts")
+    opts.retprobe = retprobe
+    csym = cstr(symbol)  # kept alive for the call
+    opts.func_name = csym
+    return _attached(lib.bpf_program__attach_uprobe_opts, what, prog, pid, cstr(binary), offset, opts)
+
+
+def bpf_program__attach_usdt(prog: CData, pid: int, binary: str, provider: str, name: str, cookie: int,
+                             what: str) -> CData:
+    opts = ffi.new("struct bpf_usdt_opts *")
+    opts.sz = ffi.sizeof("struct bpf_usdt_opts")
+    opts.usdt_cookie = cookie
+    return _attached(lib.bpf_program__attach_usdt, what, prog, pid, cstr(binary), cstr(provider), cstr(name),
+                     opts)
+
+
+def bpf_program__attach_perf_event(prog: CData, pfd: int, what: str) -> CData:
+    return _attached(lib.bpf_program__attach_perf_event, what, prog, pfd)
+
+
+def bpf_program__attach_xdp(prog: CData, ifindex: int, what: str) -> CData:
+    return _attached(lib.bpf_program__attach_xdp, what, prog, ifindex)
+
+
+def bpf_program__attach_tcx(prog: CData, ifindex: int, what: str) -> CData:
+    opts = ffi.new("struct bpf_tcx_opts *")
+    opts.sz = ffi.sizeof("struct bpf_tcx_opts")
+    return _attached(lib.bpf_program__attach_tcx, what, prog, ifindex, opts)
+
+
+def bpf_program__attach_cgroup(prog: CData, cgroup_fd: int, what: str) -> CData:
+    return _attached(lib.bpf_program__attach_cgroup, what, prog, cgroup_fd)
+
+
+def bpf_program__attach_iter(prog: CData, map_fd: int | None, what: str) -> CData:
+    opts = ffi.new("struct bpf_iter_attach_opts *")
+    opts.sz = ffi.sizeof("struct bpf_iter_attach_opts")
+    if map_fd is not None:
+        info = ffi.new("union bpf_iter_link_info *")
+        lib.plb_iter_info_set_map_fd(info, map_fd)
+        opts.link_info = info
+        opts.link_info_len = ffi.sizeof("union bpf_iter_link_info")
+    return _attached(lib.bpf_program__attach_iter, what, prog, opts)
+
+
+def bpf_program__pin(prog: CData, path: str, what: str) -> None:
+    check(lib.bpf_program__pin(prog, cstr(path)), what)
+
+
+def bpf_program__unpin(prog: CData, path: str, what: str) -> None:
+    check(lib.bpf_program__unpin(prog, cstr(path)), what)
+
+
+def bpf_link_create(prog_fd: int, target_fd: int, attach_type: int, flags: int, what: str) -> int:
+    """A kernel link fd (BPF_LINK_CREATE) for attachments libbpf's bpf_link cannot parameterize."""
+    opts = ffi.new("struct bpf_link_create_opts *")
+    opts.sz = ffi.sizeof("struct bpf_link_create_opts")
+    opts.flags = flags
+    return check(lib.bpf_link_create(prog_fd, target_fd, attach_type, opts), what)
+
+
+def bpf_link_update(link_fd: int, prog_fd: int, what: str) -> None:
+    check(lib.bpf_link_update(link_fd, prog_fd, ffi.NULL), what)
+
+
+def bpf_link__open(path: str, what: str) -> CData:
+    return _attached(lib.bpf_link__open, what, cstr(path))
+
+
+def bpf_link__pin(link: CData, path: str, what: str) -> None:
+    check(lib.bpf_link__pin(link, cstr(path)), what)
+
+
+def bpf_link__unpin(link: CData, what: str) -> None:
+    check(lib.bpf_link__unpin(link), what)
+
+
+def bpf_link__pin_path(link: CData) -> str | None:
+    ptr = lib.bpf_link__pin_path(link)
+    return None if ptr == ffi.NULL else string(ptr)
+
+
+def bpf_link__update_program(link: CData, prog: CData, what: str) -> None:
+    check(lib.bpf_link__update_program(link, prog), what)
+
+
+def bpf_obj_pin(fd: int, path: str, what: str) -> None:
+    check(lib.bpf_obj_pin(fd, cstr(path)), what)
+
+
+def bpf_obj_get(path: str, what: str) -> int:
+    return check(lib.bpf_obj_get(cstr(path)), what)
+
+
+def bpf_iter_create(link_fd: int, what: str) -> int:
+    return check(lib.bpf_iter_create(link_fd), what)
+
+
+def bpf_enable_stats(stats_type: int, what: str) -> int:
+    return check(lib.bpf_enable_stats(stats_type), what)
+
+
+def bpf_prog_get_info_by_fd(prog_fd: int, what: str) -> CData:
+    """The program's ``struct bpf_prog_info`` (type, id, name, run_cnt, run_time_ns, ...)."""
+    info = ffi.new("struct bpf_prog_info *")
+    size = ffi.new("__u32 *", ffi.sizeof("struct bpf_prog_info"))
+    check(lib.bpf_prog_get_info_by_fd(prog_fd, info, size), what)
+    return info
+
+
+def plb_perf_event_open(type_: int, config: int, period_or_freq: int, freq: bool, pid: int, cpu: int,
+                        what: str) -> int:
+    return check(lib.plb_perf_event_open(type_, config, period_or_freq, 1 if freq else 0, pid, cpu), what)
+
+
+def bpf_xdp_flags(mode: str) -> int:
+    """The XDP_FLAGS_* attach mode bit for 'generic' / 'native' ('default': 0, the kernel picks)."""
+    return {"default": 0, "generic": int(lib.XDP_FLAGS_SKB_MODE), "native": int(lib.XDP_FLAGS_DRV_MODE)}[mode]
+
+
+# --- feature probes (features.py) ------------------------------------------------------------------
+
+def libbpf_probe_bpf_prog_type(prog_type: int, what: str) -> bool:
+    return check(lib.libbpf_probe_bpf_prog_type(prog_type, ffi.NULL), what) == 1
+
+
+def libbpf_probe_bpf_map_type(map_type: int, what: str) -> bool:
+    return check(lib.libbpf_probe_bpf_map_type(map_type, ffi.NULL), what) == 1
+
+
+def libbpf_probe_bpf_helper(prog_type: int, helper_id: int, what: str) -> bool:
+    return check(lib.libbpf_probe_bpf_helper(prog_type, helper_id, ffi.NULL), what) == 1
+
+
+# --- user ring buffer (ringbuf.py: UserRingBuffer) -------------------------------------------------
+
+def user_ring_buffer__new(map_fd: int, what: str) -> CData:
+    return _attached(lib.user_ring_buffer__new, what, map_fd, ffi.NULL)
+
+
+def user_ring_buffer__reserve(rb: CData, size: int) -> tuple[CData, int]:
+    """(sample to fill, 0), or (NULL, errno): ENOSPC when the ring has no room now, E2BIG when it never will."""
+    sample = lib.user_ring_buffer__reserve(rb, size)
+    return sample, (ffi.errno if sample == ffi.NULL else 0)
+
+
+def user_ring_buffer__submit(rb: CData, sample: CData) -> None:
+    lib.user_ring_buffer__submit(rb, sample)
+
+
+def user_ring_buffer__free(rb: CData) -> None:
+    lib.user_ring_buffer__free(rb)
+
+
+def plb_waiter_add_writable(waiter: CData, fd: int, what: str) -> None:
+    check(lib.plb_waiter_add_writable(waiter, fd), what)

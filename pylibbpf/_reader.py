@@ -212,6 +212,10 @@ class Waiter:
             self.close()
             raise
 
+    def add_writable(self, fd: int, what: str) -> None:
+        """Also wake when ``fd`` gains room to write (edge-triggered EPOLLOUT: each new room wakes once)."""
+        _libbpf.plb_waiter_add_writable(self._w, fd, what)
+
     @property
     def fd(self) -> int:
         """The epoll fd: readable when a watched fd is, or once woken (for asyncio)."""

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Union
 from .events import EventDef, EventField
 
 if TYPE_CHECKING:
-    from .object import Program
+    from .program import Program
 
 #: What :func:`assemble` takes: Insns, and lists or tuples of them, nested.
 InsnTree = Union["Insn", Sequence["InsnTree"]]
@@ -617,9 +617,9 @@ def load_program(
             raise ValueError(f"bad program type name {prog_type!r}")
     else:
         kind = _check_int(prog_type, "program type", 0, U32_MAX)
-    from .object import Program  # the checked layer; imported late, needs the extension
+    from .program import Program  # the checked layer; imported late, needs the extension
 
-    return Program._load_raw(insn_bytes, kind, license, name)
+    return Program.load_raw(insn_bytes, kind, license, name)
 
 
 # -- event-field stores ----------------------------------------------------------

@@ -1,4 +1,4 @@
-"""CO-RE objects: BPFObject, Program, Map, Link, TestRun.
+"""CO-RE objects: BPFObject and Map (Program, Link and TestRun live in :mod:`pylibbpf.program`).
 
 An object is opened (ELF parsed, nothing in the kernel yet), then loaded (CO-RE
 relocations resolved against the running kernel's BTF, maps created, programs
@@ -8,7 +8,8 @@ closed, using them raises ClosedError.
 
 from __future__ import annotations
 
-import dataclasses
+import errno
+import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping
@@ -17,6 +18,9 @@ from typing import Any, TypeVar
 from . import _libbpf
 from ._ffi import ffi, lib
 from .errors import BPFError, ClosedError
+from .program import Link, Program
+
+logger = logging.getLogger("pylibbpf.object")
 
 CData = Any
 T = TypeVar("T")
@@ -64,7 +68,8 @@ class BPFObject:
         self._loaded = False
         self._lock = threading.Lock()
         self.programs: NamedTable[Program] = NamedTable(
-            "program", name, {p.name: p for p in (Program(self, x) for x in _libbpf.bpf_object__programs(ptr))})
+            "program", name,
+            {p.name: p for p in (Program(x, alive=self._check) for x in _libbpf.bpf_object__programs(ptr))})
         self.maps: NamedTable[Map] = NamedTable(
             "map", name, {m.name: m for m in (Map(self, x) for x in _libbpf.bpf_object__maps(ptr))})
 
@@ -124,22 +129,30 @@ class BPFObject:
         return self
 
     def attach_all(self) -> list[Link]:
-        """Attach every program whose SEC() name says how (tracepoints, raw_tp, uprobes, ...).
+        """Attach every loaded program that can attach by its SEC() name alone; returns their links.
 
-        Programs that cannot auto-attach (``SEC("syscall")``, socket filters, ...)
-        or have autoattach turned off are skipped. If one attach fails, the links
+        Skipped, each with an INFO message on the ``pylibbpf.object`` logger
+        saying why: programs not loaded (``autoload`` off), programs with
+        ``autoattach`` off, and programs whose SEC() does not say where to
+        attach (``SEC("perf_event")``, ``SEC("xdp")``, ``SEC("syscall")``, a
+        bare ``SEC("uprobe")`` or one naming no binary, ...): those take an
+        ``attach_*`` call with parameters. If an attach fails, the links
         already made are destroyed and the error is raised.
         """
+        self._check()
         links: list[Link] = []
         try:
             for prog in self.programs.values():
-                if not prog.autoattach:
-                    continue
-                try:
-                    links.append(prog.attach())
-                except BPFError as e:
-                    if e.errno != lib.EOPNOTSUPP:
-                        raise
+                why = _not_auto_attachable(prog)
+                if why is None:
+                    try:
+                        links.append(prog.attach())
+                        continue
+                    except BPFError as e:
+                        if e.errno != errno.EOPNOTSUPP:
+                            raise
+                        why = str(e.strerror)
+                logger.info("attach_all(%s): skipped program %r: %s", self._name, prog.name, why)
         except BaseException:
             for link in links:
                 link.destroy()
@@ -191,157 +204,6 @@ class BPFObject:
     def __repr__(self) -> str:
         state = "closed" if self._ptr is None else ("loaded" if self._loaded else "open")
         return f"<BPFObject {self._name!r} {state}>"
-
-
-@dataclasses.dataclass(frozen=True)
-class TestRun:
-    """The result of ``BPF_PROG_TEST_RUN``: the program's return value, ns per run, output bytes."""
-
-    __test__ = False  # not a pytest test class
-
-    retval: int
-    duration_ns: int
-    data_out: bytes
-
-
-class Program:
-    """One program of a BPFObject (``bpf_program``)."""
-
-    def __init__(self, obj: BPFObject | None, ptr: CData, fd: int | None = None) -> None:
-        self._obj = obj
-        self._ptr = ptr
-        self._own_fd = fd  # set for programs loaded from raw instructions (asm.load_program)
-        if ptr is not None:
-            self.name = _libbpf.bpf_program__name(ptr)
-            self.section = _libbpf.bpf_program__section_name(ptr)
-            self._type = _libbpf.bpf_program__type(ptr)
-        else:
-            self.name, self.section, self._type = "", "", -1
-
-    @classmethod
-    def _load_raw(cls, insns: bytes, prog_type: int | str, license: str, name: str | None) -> Program:
-        """Load raw instructions (``bpf_prog_load``); see :func:`pylibbpf.asm.load_program`."""
-        if isinstance(prog_type, str):
-            type_id = getattr(lib, f"BPF_PROG_TYPE_{prog_type.upper()}", None)
-            if type_id is None:
-                raise ValueError(f"unknown program type {prog_type!r}")
-        else:
-            type_id = prog_type
-        label = name or "asm_prog"
-        what = f"bpf_prog_load({label})"
-        log_size = 1 << 20
-        log = ffi.new("char[]", log_size)
-        opts = ffi.new("struct bpf_prog_load_opts *")
-        opts.sz = ffi.sizeof("struct bpf_prog_load_opts")
-        opts.log_buf = log
-        opts.log_size = log_size
-        if type_id == lib.BPF_PROG_TYPE_SYSCALL:
-            opts.prog_flags = lib.BPF_F_SLEEPABLE  # the kernel only takes sleepable syscall programs
-        cname, clicense = _libbpf.cstr(label[:15]), _libbpf.cstr(license)
-        code = ffi.from_buffer("struct bpf_insn[]", insns)
-        fd = _libbpf.bpf_prog_load(type_id, cname, clicense, code, len(insns) // 8, opts, what)
-        prog = cls(None, None, fd)
-        prog.name, prog._type = label, int(type_id)
-        return prog
-
-    def _check(self) -> CData:
-        if self._obj is not None:
-            self._obj._check()
-        elif self._own_fd is None:
-            raise ClosedError(f"program {self.name!r}")
-        return self._ptr
-
-    @property
-    def type(self) -> int:
-        """The program type (``lib.BPF_PROG_TYPE_*``)."""
-        return self._type
-
-    @property
-    def type_name(self) -> str:
-        return _libbpf.libbpf_prog_type_str(self._type)
-
-    @property
-    def fd(self) -> int:
-        """The program's fd; -1 before the object is loaded."""
-        ptr = self._check()
-        if self._own_fd is not None:
-            return self._own_fd
-        return _libbpf.bpf_program__fd(ptr)
-
-    @property
-    def autoattach(self) -> bool:
-        ptr = self._check()
-        return ptr is not None and _libbpf.bpf_program__autoattach(ptr)
-
-    def _loaded_fd(self, what: str) -> int:
-        fd = self.fd
-        if fd < 0:
-            raise BPFError(lib.EINVAL, f"program {self.name!r} is not loaded: call BPFObject.load() first", what)
-        return fd
-
-    def attach(self) -> Link:
-        """Attach by the SEC() name (``bpf_program__attach``); the Link detaches when destroyed."""
-        ptr = self._check()
-        what = f"bpf_program__attach({self.name})"
-        self._loaded_fd(what)
-        if ptr is None:
-            raise BPFError(lib.EOPNOTSUPP, "raw-instruction programs have no SEC() to attach by", what)
-        return Link(_libbpf.bpf_program__attach(ptr, what), self.name)
-
-    def test_run(self, data: bytes = b"", ctx: bytes = b"", repeat: int = 1, cpu: int | None = None,
-                 data_size_out: int | None = None) -> TestRun:
-        """Run the program once (or ``repeat`` times) in the kernel with BPF_PROG_TEST_RUN.
-
-        ``cpu`` pins the run to that CPU (``BPF_F_TEST_RUN_ON_CPU``; supported
-        for raw_tp programs). ``data_size_out`` sizes the output buffer
-        (default: the input's size). Raises BPFError (e.g. ENOTSUPP for program
-        types without test-run support).
-        """
-        what = f"bpf_prog_test_run_opts({self.name})"
-        fd = self._loaded_fd(what)
-        if repeat < 1:
-            raise ValueError(f"repeat must be >= 1, got {repeat}")
-        opts = ffi.new("struct bpf_test_run_opts *")
-        opts.sz = ffi.sizeof("struct bpf_test_run_opts")
-        keep = []
-        if data:
-            din = ffi.from_buffer(bytes(data))
-            keep.append(din)
-            opts.data_in = din
-            opts.data_size_in = len(data)
-        out_size = len(data) if data_size_out is None else data_size_out
-        if out_size:
-            dout = ffi.new("char[]", out_size)
-            opts.data_out = dout
-            opts.data_size_out = out_size
-        if ctx:
-            cin = ffi.from_buffer(bytes(ctx))
-            keep.append(cin)
-            opts.ctx_in = cin
-            opts.ctx_size_in = len(ctx)
-        # The kernel runs once for repeat 0; some types (syscall) refuse any other value.
-        opts.repeat = repeat if repeat > 1 else 0
-        if cpu is not None:
-            opts.flags = lib.BPF_F_TEST_RUN_ON_CPU
-            opts.cpu = cpu
-        _libbpf.bpf_prog_test_run_opts(fd, opts, what)
-        out = bytes(ffi.buffer(opts.data_out, opts.data_size_out)) if out_size else b""
-        return TestRun(int(opts.retval), int(opts.duration), out)
-
-    def close(self) -> None:
-        """Close a raw-instruction program's fd (object programs close with their object)."""
-        if self._own_fd is not None and self._own_fd >= 0:
-            os.close(self._own_fd)
-            self._own_fd = None
-
-    def __enter__(self) -> Program:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"<Program {self.name!r} {self.type_name} sec={self.section!r}>"
 
 
 class Map:
@@ -509,35 +371,15 @@ _PER_CPU_TYPES = frozenset({lib.BPF_MAP_TYPE_PERCPU_HASH, lib.BPF_MAP_TYPE_PERCP
                             lib.BPF_MAP_TYPE_LRU_PERCPU_HASH, lib.BPF_MAP_TYPE_PERCPU_CGROUP_STORAGE})
 
 
-class Link:
-    """An attachment (``bpf_link``); ``destroy()`` detaches. Idempotent; a context manager."""
-
-    def __init__(self, ptr: CData, name: str) -> None:
-        self._ptr = ptr
-        self.name = name
-
-    @property
-    def fd(self) -> int:
-        if self._ptr is None:
-            raise ClosedError(f"link of {self.name!r}")
-        return _libbpf.bpf_link__fd(self._ptr)
-
-    def destroy(self) -> None:
-        if self._ptr is not None:
-            ptr, self._ptr = self._ptr, None
-            _libbpf.bpf_link__destroy(ptr)
-
-    close = destroy
-
-    def __enter__(self) -> Link:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.destroy()
-
-    def __del__(self) -> None:
-        # Safety net only: an undestroyed link would stay attached until exit.
-        self.destroy()
-
-    def __repr__(self) -> str:
-        return f"<Link {self.name!r}{' destroyed' if self._ptr is None else ''}>"
+def _not_auto_attachable(prog: Program) -> str | None:
+    """Why attach_all() leaves ``prog`` alone, or None to attach it by its SEC()."""
+    if prog.fd < 0:
+        return "not loaded (autoload is off)"
+    if not prog.autoattach:
+        return "autoattach is off"
+    kind, _, target = prog.section.partition("/")
+    if kind.split(".")[0] in ("uprobe", "uretprobe", "usdt") and ":" not in target:
+        # libbpf reads 'uprobe/BINARY:FUNCTION' ('usdt/BINARY:PROVIDER:NAME'); anything else names no binary.
+        return (f"SEC({prog.section!r}) names no binary ({kind}/BINARY:...): use "
+                f"{'attach_usdt()' if kind == 'usdt' else 'attach_uprobe()'}")
+    return None

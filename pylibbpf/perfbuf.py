@@ -25,7 +25,6 @@ import weakref
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from pathlib import Path
 from typing import Any
 
 from . import _libbpf
@@ -46,6 +45,7 @@ from ._reader import (
 )
 from .errors import BPFError, ClosedError
 from .events import EventDef
+from .features import online_cpus
 from .object import Map
 from .ringbuf import require_map_type
 
@@ -196,8 +196,6 @@ class PerfBuffer(BatchReader):
 
 # --- PerfReader, OrderedReader -----------------------------------------------------------------
 
-_ONLINE_CPUS = Path("/sys/devices/system/cpu/online")
-
 
 @dataclass(slots=True)
 class Record:
@@ -328,16 +326,6 @@ class OrderedStats:
     malformed: int
     forced_flushes: int
     backlog: dict[int, int] = field(default_factory=dict)
-
-
-def online_cpus() -> list[int]:
-    """The online CPUs, from the same file libbpf's perf_buffer reads (one perf ring each)."""
-    cpus: list[int] = []
-    for part in _ONLINE_CPUS.read_text().strip().split(","):
-        if part:
-            lo, _, hi = part.partition("-")
-            cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
 
 
 def _ring_cpus(m: Map, who: str) -> list[int]:

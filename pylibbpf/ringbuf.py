@@ -16,13 +16,14 @@ at a time (a RingBuffer, a layout, or a consumer), never two at once.
 
 from __future__ import annotations
 
+import errno
 import time
 import weakref
 from collections.abc import AsyncIterator
 from itertools import islice
 from typing import Any
 
-from . import _libbpf
+from . import _check, _libbpf
 from ._ffi import ffi, lib
 from ._reader import Batch, BatchReader, Callback, Closable, Waiter, check_callable, remaining_ms
 from .errors import BPFError
@@ -475,3 +476,82 @@ def _deliver_then_consume(layout: RingBufLayout, records: list[bytes], callback:
             # The same records, from the same position: nobody else consumes this ring.
             layout._read_once(delivered, consume=True)
     return delivered
+
+
+# --- the producer side: BPF_MAP_TYPE_USER_RINGBUF ---------------------------------------------------
+
+#: Bytes of the header the ring puts before each record (BPF_RINGBUF_HDR_SZ, include/uapi/linux/bpf.h).
+_RINGBUF_HDR_SZ = 8
+
+
+class UserRingBuffer(Closable):
+    """Write records for a BPF program to drain (``BPF_MAP_TYPE_USER_RINGBUF``, libbpf's ``user_ring_buffer``).
+
+    A program reads them with ``bpf_user_ringbuf_drain()``. ``submit()`` copies
+    a record in and publishes it; while the ring is full it waits (GIL
+    released) until the kernel drains enough, the timeout passes
+    (TimeoutError), or ``close()`` is called from another thread (ClosedError).
+    Submits from several threads are serialized (libbpf's producer is single-
+    threaded). ``close()`` is idempotent; a context manager; a finalizer frees
+    a forgotten one. The BPF object may be closed first: the mapping stays
+    valid until this is closed.
+    """
+
+    _what = "UserRingBuffer"
+
+    def __init__(self, map: Map) -> None:
+        super().__init__()
+        require_map_type(map, lib.BPF_MAP_TYPE_USER_RINGBUF, "UserRingBuffer")
+        what = f"user_ring_buffer__new({map.name})"
+        self._capacity = map.max_entries
+        self._waiter = Waiter([], what)
+        try:
+            self._waiter.add_writable(map.fd, what)
+            rb = _libbpf.user_ring_buffer__new(map.fd, what)
+        except BaseException:
+            self._waiter.close()
+            raise
+        self._rb: CData = rb
+        self._free = weakref.finalize(self, _libbpf.user_ring_buffer__free, rb)
+
+    @property
+    def max_record_size(self) -> int:
+        """The largest record that fits the ring at all (its size less one header)."""
+        return self._capacity - _RINGBUF_HDR_SZ
+
+    def submit(self, data: bytes | bytearray | memoryview, timeout: float | None = None) -> None:
+        """Copy ``data`` into the ring as one record and publish it to the kernel.
+
+        Blocks while the ring lacks room, at most ``timeout`` seconds (None:
+        until there is room). Raises ValueError for a record larger than
+        :attr:`max_record_size` (it could never fit), TimeoutError when the
+        ring stayed full, ClosedError when closed (also by another thread
+        during the wait). ``data`` is copied: it may be reused at once.
+        """
+        view = _check.buffer(data, "data")
+        until = _check.deadline(timeout)
+        size = len(view)
+        if size > self.max_record_size:
+            raise ValueError(f"UserRingBuffer: a record of {size} bytes can never fit this "
+                             f"{self._capacity}-byte ring (at most {self.max_record_size} bytes)")
+        self._check_open()
+        with self._lock:
+            while True:
+                self._check_open()
+                sample, err = _libbpf.user_ring_buffer__reserve(self._rb, size)
+                if sample != ffi.NULL:
+                    ffi.memmove(sample, view, size)
+                    _libbpf.user_ring_buffer__submit(self._rb, sample)
+                    return
+                if err == errno.E2BIG:
+                    raise ValueError(f"UserRingBuffer: a record of {size} bytes does not fit the ring")
+                if err != errno.ENOSPC:
+                    raise _libbpf.error(err, "user_ring_buffer__reserve")
+                left = remaining_ms(until)
+                if left == 0:
+                    raise TimeoutError(f"UserRingBuffer: no room for {size} bytes within {timeout} s")
+                self._wait(left)
+
+    def _release(self) -> None:
+        self._free()
+        self._rb = None

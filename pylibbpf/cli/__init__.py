@@ -45,8 +45,9 @@ from typing import Any, NoReturn, TextIO
 from ..consumers import BackpressureConsumer, BackpressureStats, SamplingConsumer
 from ..errors import BPFError, LoadError
 from ..events import EventDef, EventRecord
-from ..object import BPFObject, Link, Map
+from ..object import BPFObject, Map
 from ..perfbuf import OrderedBatch, OrderedReader, OrderedStats
+from ..program import Link
 from ..ringbuf import RingBuffer
 
 #: Where the bundled objects are installed (package data).
