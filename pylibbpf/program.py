@@ -268,7 +268,7 @@ class Program:
         ptr = self._check()
         if self._own_fd is not None:
             return self._own_fd
-        return _libbpf.bpf_program__fd(ptr)
+        return max(-1, _libbpf.bpf_program__fd(ptr))  # libbpf says -ENOENT before load
 
     @property
     def autoload(self) -> bool:
@@ -301,8 +301,13 @@ class Program:
         _libbpf.bpf_program__set_autoattach(ptr, value)
 
     def attach_hint(self) -> str:
-        """Which attach_* call this program's type takes (for messages)."""
-        return _ATTACH_HINTS.get(self.type_name, "no attach call (run it with test_run())")
+        """Which attach_* call this program's type takes, as a phrase for messages."""
+        kind = self.type_name
+        if kind.startswith("cgroup") or kind == "sock_ops":
+            return "use attach_cgroup()"
+        if kind in _ATTACH_HINTS:
+            return f"use {_ATTACH_HINTS[kind]}"
+        return f"{kind} programs have no attach call here (run them with test_run(), or see pylibbpf.lib)"
 
     def _object_ptr(self, what: str) -> CData:
         ptr = self._check()
@@ -339,7 +344,7 @@ class Program:
             return Link(_libbpf.bpf_program__attach(ptr, what), self.name)
         except BPFError as e:
             if e.errno == errno.EOPNOTSUPP:
-                raise BPFError(e.errno, f"SEC({self.section!r}) does not say where to attach: use "
+                raise BPFError(e.errno, f"SEC({self.section!r}) does not say where to attach: "
                                f"{self.attach_hint()}", what) from None
             raise
 

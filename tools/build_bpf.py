@@ -58,6 +58,10 @@ def build(src_dir: Path, out_dir: Path, vmlinux_dir: Path | None = None) -> list
     vmlinux_h(header_dir)
     headers = list(src_dir.glob("*.h"))
     arch = _ARCH.get(platform.machine(), platform.machine())
+    # libbpf's usdt.bpf.h includes <asm/errno.h>, which Debian keeps under the multiarch directory;
+    # -idirafter lets vmlinux.h and libbpf's headers win over anything found there.
+    multiarch = Path(f"/usr/include/{platform.machine()}-linux-gnu")
+    system = [f"-idirafter{multiarch}"] if multiarch.is_dir() else []
     objects = []
     for src in sorted(src_dir.glob("*.bpf.c")):
         obj = out_dir / (src.name[:-2] + ".o")
@@ -65,7 +69,7 @@ def build(src_dir: Path, out_dir: Path, vmlinux_dir: Path | None = None) -> list
         if not obj.exists() or obj.stat().st_mtime < newest:
             subprocess.run([clang(), "-g", "-O2", "-target", "bpf", f"-D__TARGET_ARCH_{arch}",
                             "-Wall", "-Werror", "-Wno-unused-function",
-                            f"-I{header_dir}", f"-I{src_dir}", f"-I{LIBBPF_INCLUDE}",
+                            f"-I{header_dir}", f"-I{src_dir}", f"-I{LIBBPF_INCLUDE}", *system,
                             "-c", str(src), "-o", str(obj)], check=True)
         objects.append(obj)
     return objects
