@@ -1,0 +1,74 @@
+"""A sampling profiler: sample every CPU a few hundred times a second, count stacks, print the top ones.
+
+    sudo .venv/bin/python examples/profile.py [--frequency HZ] [--duration S] [--pid PID] [--top N]
+
+A ``SEC("perf_event")`` program runs on each sample of a cpu-clock perf event
+opened on every online CPU (``Program.attach_perf_event``); it counts
+(process, kernel stack id, user stack id) in a hash map and keeps the frames in
+a stack-trace map. At the end the most frequent stacks are printed as raw
+addresses, user frames first (symbolizing them is pylibbpf.syms' job). Uses
+the public API only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import struct
+import sys
+import time
+
+from build_objects import object_path
+
+from pylibbpf import BPFObject, Map
+
+#: struct sample_key of profile.bpf.c: pid, kernel stack id, user stack id, comm.
+SAMPLE_KEY = struct.Struct("<Iii16s")
+
+
+def stack_frames(stacks: Map, stack_id: int) -> list[int]:
+    """The frame addresses of a stack id (negative ids are the kernel's errors: no stack)."""
+    if stack_id < 0:
+        return []
+    raw = stacks.lookup(stack_id)
+    if not isinstance(raw, bytes):
+        return []
+    frames = struct.unpack(f"<{len(raw) // 8}Q", raw)
+    return [f for f in frames if f]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--frequency", type=int, default=199, help="samples a second on each CPU (default 199)")
+    ap.add_argument("--duration", type=float, default=5.0, help="seconds to sample (default 5)")
+    ap.add_argument("--pid", type=int, default=0, help="only this process (default: every process)")
+    ap.add_argument("--top", type=int, default=10, help="stacks to print (default 10)")
+    args = ap.parse_args(argv)
+
+    with BPFObject.open(object_path("profile")) as obj:
+        obj.load()
+        obj.maps["target"].update(0, args.pid.to_bytes(4, "little"))
+        links = obj.programs["on_sample"].attach_perf_event("cpu-clock", frequency=args.frequency)
+        print(f"sampling {len(links)} CPUs at {args.frequency} Hz for {args.duration} s", file=sys.stderr)
+        try:
+            time.sleep(args.duration)
+        finally:
+            for link in links:
+                link.destroy()
+        counted = []
+        for key, value in obj.maps["samples"].items():
+            assert isinstance(value, bytes)
+            counted.append((int.from_bytes(value, "little"), SAMPLE_KEY.unpack(key)))
+        counted.sort(reverse=True)
+        total = sum(n for n, _ in counted)
+        print(f"{total} samples, {len(counted)} distinct stacks")
+        stacks = obj.maps["stacks"]
+        for n, (pid, kstack, ustack, comm) in counted[:args.top]:
+            name = comm.split(b"\0", 1)[0].decode(errors="replace")
+            print(f"{n:8d}  {name} ({pid})")
+            for addr in stack_frames(stacks, ustack) + stack_frames(stacks, kstack):
+                print(f"          {addr:#018x}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
