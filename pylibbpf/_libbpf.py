@@ -563,7 +563,7 @@ def _attached(call: Any, what: str, *args: Any) -> CData:
     if ptr == ffi.NULL:
         err = ffi.errno or errno.EINVAL
         said = [line.strip() for line in lines if line.strip()]
-        message = strerror(err) + (f" (libbpf: {said[-1]})" if said else "")
+        message = strerror(err) + (f" (libbpf: {said[-1].removeprefix('libbpf: ')})" if said else "")
         raise BPFError(err, message, what)
     return ptr
 

@@ -442,7 +442,7 @@ class Program:
             link = _libbpf.bpf_program__attach_usdt(ptr, pid, path, provider, name, cookie, what)
         except BPFError as e:
             if e.errno == errno.ENOENT:
-                raise BPFError(e.errno, f"no USDT probe {provider}:{name} in {path}", what) from None
+                raise BPFError(e.errno, f"no USDT probe {provider}:{name} in {path}{_said(e)}", what) from None
             raise
         return Link(link, self.name)
 
@@ -670,6 +670,13 @@ class Program:
 
     def __repr__(self) -> str:
         return f"<Program {self.name!r} {self.type_name} sec={self.section!r}>"
+
+
+def _said(e: BPFError) -> str:
+    """libbpf's own explanation carried by an attach error (' (libbpf: ...)'), or ''."""
+    text = str(e.strerror)
+    at = text.find(" (libbpf: ")
+    return text[at:] if at >= 0 else ""
 
 
 def resolve_binary(binary: str, who: str) -> str:
