@@ -568,6 +568,16 @@ def test_features_answer_from_the_kernel() -> None:
     assert report["kprobes"] == features.kprobes() and report["map_type(user_ringbuf)"]
 
 
+def test_features_command_explains_what_is_missing() -> None:
+    proc = subprocess.run([sys.executable, "-m", "pylibbpf", "features"], capture_output=True, text=True,
+                          check=True, env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)))
+    lines = {line.split("  ")[0].strip(): line for line in proc.stdout.splitlines()}
+    assert lines["attach_tracepoint"].endswith("yes")
+    assert lines["attach_kprobe"].endswith("yes" if features.kprobes() else "no: missing kprobes")
+    assert lines["attach_perf_event (hardware events)"].endswith(
+        "yes" if features.hardware_pmu() else "no: missing hardware_pmu")
+
+
 # --- the user ring buffer ---------------------------------------------------------------------------
 
 def drain(o: BPFObject) -> int:

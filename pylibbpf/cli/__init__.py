@@ -5,6 +5,7 @@
     pylibbpf trace exec|exit|open [--json] [--duration S] [--pid P] [--comm NAME]
                                   [--sample RATE] [--max-pending N] [--ordered]
     pylibbpf inspect OBJ.bpf.o [--json] [--struct NAME]
+    pylibbpf features [--json]
 
 ``trace`` loads one of the programs built from ``csrc/bpf/`` (package data in
 ``pylibbpf/bpf/``), sets its load-time configuration (``struct tool_config``
@@ -49,6 +50,7 @@ from ..object import BPFObject, Map
 from ..perfbuf import OrderedBatch, OrderedReader, OrderedStats
 from ..program import Link
 from ..ringbuf import RingBuffer
+from .features import add_parser as add_features_parser
 
 #: Where the bundled objects are installed (package data).
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "bpf"
@@ -793,6 +795,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--struct", metavar="NAME", help="only this struct")
     inspect.add_argument("-v", "--verbose", action="store_true", help="show libbpf's messages")
     inspect.set_defaults(func=cmd_inspect)
+    add_features_parser(sub)
     return parser
 
 

@@ -1,0 +1,44 @@
+"""``pylibbpf features``: what this kernel and machine support, and what each attach call needs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from .. import features
+
+#: The attach calls and the probes each depends on (names of features.report()).
+NEEDS = {
+    "attach_tracepoint": ("program_type(tracepoint)", "tracefs"),
+    "attach_raw_tracepoint": ("program_type(raw_tracepoint)",),
+    "attach_kprobe": ("program_type(kprobe)", "kprobes"),
+    "attach_uprobe / attach_usdt": ("program_type(kprobe)", "uprobes"),
+    "attach_perf_event (software events)": ("program_type(perf_event)",),
+    "attach_perf_event (hardware events)": ("program_type(perf_event)", "hardware_pmu"),
+    "attach_xdp": ("program_type(xdp)",),
+    "attach_tcx": ("program_type(sched_cls)",),
+    "attach_cgroup": ("program_type(cgroup_sock)", "cgroup2"),
+    "UserRingBuffer": ("map_type(user_ringbuf)", "helper(syscall, user_ringbuf_drain)"),
+}
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("features", help="what this kernel supports (program and map types, helpers, probes)",
+                       description="Probe the running kernel (libbpf's feature probes and sysfs) and say, "
+                       "for each attach call, whether it works here and what is missing.")
+    p.add_argument("--json", action="store_true", help="print the probes' answers as JSON")
+    p.add_argument("-v", "--verbose", action="store_true", help="show libbpf's messages")
+    p.set_defaults(func=cmd_features)
+
+
+def cmd_features(args: argparse.Namespace) -> int:
+    report = features.report()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    width = max(len(name) for name in NEEDS)
+    for name, needs in NEEDS.items():
+        missing = [n for n in needs if not report[n]]
+        print(f"{name:<{width}}  {'yes' if not missing else 'no: missing ' + ', '.join(missing)}")
+    return 0
