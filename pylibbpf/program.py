@@ -764,10 +764,8 @@ class Link:
         """Pin the link in bpffs: the attachment then outlives this Link and this process.
 
         BPFError (EEXIST) when something is pinned there, (EINVAL) outside bpffs.
-        Note: libbpf disables the perf event of a perf-event-based link
-        (tracepoint, kprobe, uprobe, perf_event) when that link is destroyed;
-        pin raw tracepoint, iterator, cgroup, XDP or tcx links to keep them
-        running after destroy().
+        The attachment then lasts until the pin is removed and every fd of it
+        is closed, whether or not this Link is destroyed.
         """
         p = _check.path(path, "path")
         self._live()

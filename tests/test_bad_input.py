@@ -114,6 +114,11 @@ def _after_close(make: Callable[[], Any], use: Callable[[Any], Any]) -> Any:
     return use(thing)
 
 
+def _raw_link(c: Ctx) -> Any:
+    """A raw tracepoint link of programs.bpf.c (not an iterator, not pinned)."""
+    return c.progs.programs["count_raw"].attach_raw_tracepoint("sys_enter")
+
+
 def _then_close(thing: Any, use: Callable[[Any], Any]) -> Any:
     """Use a resource, closing it whatever happens."""
     with thing:
@@ -339,18 +344,16 @@ CASES: list[Case] = [
     Case("`Link.open_pinned('/nonexistent/pin')`", lambda c: Link.open_pinned("/nonexistent/pin"),
          BPFError, r"\[Errno 2\] No such file or directory"),
     Case("`link.read()` of a raw tracepoint link",
-         lambda c: _then_close(c.progs.programs["count_raw"].attach_raw_tracepoint("sys_enter"), lambda ln: ln.read()),
+         lambda c: _then_close(_raw_link(c), lambda ln: ln.read()),
          TypeError, r"link of 'count_raw' is not an iterator"),
     Case("`link.unpin()` of a link not pinned",
-         lambda c: _then_close(c.progs.programs["count_raw"].attach_raw_tracepoint("sys_enter"), lambda ln: ln.unpin()),
+         lambda c: _then_close(_raw_link(c), lambda ln: ln.unpin()),
          BPFError, r"\[Errno 22\] link of 'count_raw' is not pinned"),
     Case("`link.update_program('alt_raw')` (a name, not a Program)",
-         lambda c: _then_close(c.progs.programs["count_raw"].attach_raw_tracepoint("sys_enter"),
-                               lambda ln: ln.update_program("alt_raw")),
+         lambda c: _then_close(_raw_link(c), lambda ln: ln.update_program("alt_raw")),
          TypeError, r"update_program needs a Program, not str"),
     Case("`link.fd` after `destroy()`",
-         lambda c: _after_close(lambda: c.progs.programs["count_raw"].attach_raw_tracepoint("sys_enter"),
-                                lambda ln: ln.fd),
+         lambda c: _after_close(lambda: _raw_link(c), lambda ln: ln.fd),
          ClosedError, r"^link of 'count_raw' is closed$"),
     Case("`UserRingBuffer(array_map)`", lambda c: UserRingBuffer(c.progs.maps["counts"]),
          TypeError, r"UserRingBuffer needs a user_ringbuf map; map 'counts' is array"),
