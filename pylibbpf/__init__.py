@@ -32,6 +32,7 @@ from .events import (
     make_event_parser,
     make_event_serializer,
 )
+from .hist import Histogram
 from .object import BPFObject, Link, Map, Program, TestRun
 from .perfbuf import OrderedBatch, OrderedReader, OrderedStats, PerfBuffer, PerfReader, Record
 from .ringbuf import (
@@ -43,6 +44,7 @@ from .ringbuf import (
     read_ringbuf_events,
     unmap_ringbuf,
 )
+from .syms import KernelSymbols, ProcessSymbols, Symbol
 
 
 def libbpf_version() -> str:
@@ -59,7 +61,9 @@ __all__ = [
     "ClosedError",
     "ConsumerStats",
     "EventDef",
+    "Histogram",
     "Insn",
+    "KernelSymbols",
     "Link",
     "LoadError",
     "Map",
@@ -68,6 +72,7 @@ __all__ = [
     "OrderedStats",
     "PerfBuffer",
     "PerfReader",
+    "ProcessSymbols",
     "Program",
     "Record",
     "RingBufConsumer",
@@ -75,6 +80,7 @@ __all__ = [
     "RingBuffer",
     "SamplingConsumer",
     "SamplingStats",
+    "Symbol",
     "TestRun",
     "__version__",
     "backpressure_consumer",
