@@ -141,6 +141,14 @@ def bpf_program__autoattach(prog: CData) -> bool:
     return bool(lib.bpf_program__autoattach(prog))
 
 
+def bpf_program__autoload(prog: CData) -> bool:
+    return bool(lib.bpf_program__autoload(prog))
+
+
+def bpf_program__set_autoload(prog: CData, autoload: bool, what: str) -> None:
+    check(lib.bpf_program__set_autoload(prog, autoload), what)
+
+
 def bpf_program__attach(prog: CData, what: str) -> CData:
     return check_ptr(lib.bpf_program__attach(prog), what)
 

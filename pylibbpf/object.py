@@ -127,13 +127,13 @@ class BPFObject:
         """Attach every program whose SEC() name says how (tracepoints, raw_tp, uprobes, ...).
 
         Programs that cannot auto-attach (``SEC("syscall")``, socket filters, ...)
-        or have autoattach turned off are skipped. If one attach fails, the links
+        or have autoattach (or autoload) turned off are skipped. If one attach fails, the links
         already made are destroyed and the error is raised.
         """
         links: list[Link] = []
         try:
             for prog in self.programs.values():
-                if not prog.autoattach:
+                if not prog.autoattach or not prog.autoload:
                     continue
                 try:
                     links.append(prog.attach())
@@ -272,6 +272,27 @@ class Program:
     def autoattach(self) -> bool:
         ptr = self._check()
         return ptr is not None and _libbpf.bpf_program__autoattach(ptr)
+
+    @property
+    def autoload(self) -> bool:
+        """Whether ``BPFObject.load()`` loads this program (default True).
+
+        Set it to False before load to leave a program out, e.g. one of two
+        variants the running kernel cannot take (``bpf_program__set_autoload``);
+        BPFError (EBUSY) once the object is loaded.
+        """
+        ptr = self._check()
+        return ptr is not None and _libbpf.bpf_program__autoload(ptr)
+
+    @autoload.setter
+    def autoload(self, value: bool) -> None:
+        ptr = self._check()
+        if not isinstance(value, bool):
+            raise TypeError(f"autoload must be a bool, got {value!r}")
+        what = f"bpf_program__set_autoload({self.name})"
+        if ptr is None:
+            raise BPFError(lib.EINVAL, "a program loaded from raw instructions is already loaded", what)
+        _libbpf.bpf_program__set_autoload(ptr, value, what)
 
     def _loaded_fd(self, what: str) -> int:
         fd = self.fd
