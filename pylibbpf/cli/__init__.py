@@ -5,6 +5,7 @@
     pylibbpf trace exec|exit|open [--json] [--duration S] [--pid P] [--comm NAME]
                                   [--sample RATE] [--max-pending N] [--ordered]
     pylibbpf inspect OBJ.bpf.o [--json] [--struct NAME]
+    pylibbpf runqlat [--interval S [--count N]] [-m] [--pid P] [--per-process] [--json]   (cli/runqlat.py)
 
 ``trace`` loads one of the programs built from ``csrc/bpf/`` (package data in
 ``pylibbpf/bpf/``), sets its load-time configuration (``struct tool_config``
