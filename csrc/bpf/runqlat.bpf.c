@@ -141,46 +141,30 @@ static __always_inline void switched(struct task_struct *prev, struct task_struc
 	count(next);
 }
 
-SEC("tp_btf/sched_wakeup")
-int BPF_PROG(btf_wakeup, struct task_struct *p)
-{
-	enqueue(p);
-	return 0;
+/* The three programs of one attach kind (tp_btf or raw_tp): their bodies are
+ * the same, only the section and the way the arguments arrive differ. */
+#define RUNQLAT_PROGRAMS(kind)							\
+SEC(#kind "/sched_wakeup")							\
+int BPF_PROG(kind##_wakeup, struct task_struct *p)				\
+{										\
+	enqueue(p);								\
+	return 0;								\
+}										\
+SEC(#kind "/sched_wakeup_new")							\
+int BPF_PROG(kind##_wakeup_new, struct task_struct *p)				\
+{										\
+	enqueue(p);								\
+	return 0;								\
+}										\
+SEC(#kind "/sched_switch")							\
+int BPF_PROG(kind##_switch, bool preempt, struct task_struct *prev,		\
+	     struct task_struct *next)						\
+{										\
+	switched(prev, next);							\
+	return 0;								\
 }
 
-SEC("tp_btf/sched_wakeup_new")
-int BPF_PROG(btf_wakeup_new, struct task_struct *p)
-{
-	enqueue(p);
-	return 0;
-}
-
-SEC("tp_btf/sched_switch")
-int BPF_PROG(btf_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
-{
-	switched(prev, next);
-	return 0;
-}
-
-SEC("raw_tp/sched_wakeup")
-int BPF_PROG(raw_wakeup, struct task_struct *p)
-{
-	enqueue(p);
-	return 0;
-}
-
-SEC("raw_tp/sched_wakeup_new")
-int BPF_PROG(raw_wakeup_new, struct task_struct *p)
-{
-	enqueue(p);
-	return 0;
-}
-
-SEC("raw_tp/sched_switch")
-int BPF_PROG(raw_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
-{
-	switched(prev, next);
-	return 0;
-}
+RUNQLAT_PROGRAMS(tp_btf)
+RUNQLAT_PROGRAMS(raw_tp)
 
 char LICENSE[] SEC("license") = "GPL";

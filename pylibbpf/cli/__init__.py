@@ -59,6 +59,7 @@ from ._common import detach as _detach
 from ._common import load_object as _load
 from ._common import on_sigterm as _on_sigterm
 from ._common import pipe_broken as _pipe_broken
+from ._common import point_at_devnull as _point_at_devnull
 from ._common import positive_float as _positive_float
 from ._common import positive_int as _positive_int
 from .runqlat import add_parser as _add_runqlat_parser
@@ -244,15 +245,8 @@ class EventPrinter:
         return self.closed.is_set()
 
     def _reader_gone(self) -> None:
-        # As the Python documentation recommends for SIGPIPE: point stdout at
-        # /dev/null so the interpreter's final flush does not fail again.
         self.closed.set()
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self._stream.fileno())
-            os.close(devnull)
-        except (OSError, ValueError):
-            pass
+        _point_at_devnull(self._stream)
 
 
 # --- event sources -----------------------------------------------------------------------------

@@ -73,6 +73,17 @@ def pipe_broken(stream: TextIO) -> bool:
     return any(ev & select.POLLERR for _, ev in poller.poll(0))
 
 
+def point_at_devnull(stream: TextIO) -> None:
+    """After stdout's reader went away: as the Python documentation recommends for SIGPIPE, point the
+    stream's fd at /dev/null so that the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
 def check_btf() -> None:
     if not VMLINUX_BTF.exists():
         raise CommandError(f"this kernel has no BTF ({VMLINUX_BTF} is missing): the bundled CO-RE programs "

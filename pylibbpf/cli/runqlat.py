@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import sys
 import threading
 import time
@@ -43,6 +42,7 @@ from ._common import (
     load_object,
     open_bundled,
     pipe_broken,
+    point_at_devnull,
     positive_float,
     positive_int,
 )
@@ -170,14 +170,8 @@ class _Output:
         return self.gone
 
     def _reader_gone(self) -> None:
-        # As the trace command does: stdout to /dev/null so the interpreter's last flush cannot fail.
         self.gone = True
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self._stream.fileno())
-            os.close(devnull)
-        except (OSError, ValueError):
-            pass
+        point_at_devnull(self._stream)
 
 
 def cmd_runqlat(args: argparse.Namespace) -> int:
