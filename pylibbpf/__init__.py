@@ -33,6 +33,7 @@ from .events import (
     make_event_parser,
     make_event_serializer,
 )
+from .hist import Histogram
 from .object import BPFObject, Map
 from .perfbuf import OrderedBatch, OrderedReader, OrderedStats, PerfBuffer, PerfReader, Record
 from .program import Link, Program, ProgramStats, TestRun, enable_stats
@@ -46,6 +47,7 @@ from .ringbuf import (
     read_ringbuf_events,
     unmap_ringbuf,
 )
+from .syms import KernelSymbols, ProcessSymbols, Symbol
 
 
 def libbpf_version() -> str:
@@ -62,7 +64,9 @@ __all__ = [
     "ClosedError",
     "ConsumerStats",
     "EventDef",
+    "Histogram",
     "Insn",
+    "KernelSymbols",
     "Link",
     "LoadError",
     "Map",
@@ -71,6 +75,7 @@ __all__ = [
     "OrderedStats",
     "PerfBuffer",
     "PerfReader",
+    "ProcessSymbols",
     "Program",
     "ProgramStats",
     "Record",
@@ -79,6 +84,7 @@ __all__ = [
     "RingBuffer",
     "SamplingConsumer",
     "SamplingStats",
+    "Symbol",
     "TestRun",
     "UserRingBuffer",
     "__version__",

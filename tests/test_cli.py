@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from pylibbpf import cli
+from pylibbpf.cli import _common as cli_common
 
 COMMAND = [sys.executable, "-m", "pylibbpf"]
 READY_TIMEOUT = 60.0
@@ -417,9 +418,11 @@ def test_not_root(bpf_privileged: None) -> None:
     assert_one_line_error(proc, "needs root or CAP_BPF+CAP_PERFMON")
 
 
-def test_no_btf(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    monkeypatch.setattr(cli, "VMLINUX_BTF", tmp_path / "vmlinux")
-    assert cli.main(["trace", "exec", "--duration", "1"]) == 1
+@pytest.mark.parametrize("command", [("trace", "exec"), ("runqlat",)])
+def test_no_btf(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                command: tuple[str, ...]) -> None:
+    monkeypatch.setattr(cli_common, "VMLINUX_BTF", tmp_path / "vmlinux")
+    assert cli.main([*command, "--duration", "1"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has no BTF" in err and str(tmp_path / "vmlinux") in err
 

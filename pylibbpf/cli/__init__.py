@@ -6,6 +6,7 @@
                                   [--sample RATE] [--max-pending N] [--ordered]
     pylibbpf inspect OBJ.bpf.o [--json] [--struct NAME]
     pylibbpf features [--json]
+    pylibbpf runqlat [--interval S [--count N]] [-m] [--pid P] [--per-process] [--json]   (cli/runqlat.py)
 
 ``trace`` loads one of the programs built from ``csrc/bpf/`` (package data in
 ``pylibbpf/bpf/``), sets its load-time configuration (``struct tool_config``
@@ -31,31 +32,41 @@ import errno
 import json
 import logging
 import os
-import select
 import signal
-import stat
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any, NoReturn, TextIO
 
 from ..consumers import BackpressureConsumer, BackpressureStats, SamplingConsumer
-from ..errors import BPFError, LoadError
+from ..errors import BPFError
 from ..events import EventDef, EventRecord
 from ..object import BPFObject, Map
 from ..perfbuf import OrderedBatch, OrderedReader, OrderedStats
 from ..program import Link
 from ..ringbuf import RingBuffer
+from ._common import (
+    BUNDLED_DIR,
+    CommandError,
+    StatusLine,
+    open_bundled,
+)
+from ._common import Terminate as _Terminate
+from ._common import attach_all as _attach_all
+from ._common import check_btf as _check_btf
+from ._common import detach as _detach
+from ._common import load_object as _load
+from ._common import on_sigterm as _on_sigterm
+from ._common import pipe_broken as _pipe_broken
+from ._common import point_at_devnull as _point_at_devnull
+from ._common import positive_float as _positive_float
+from ._common import positive_int as _positive_int
 from .features import add_parser as add_features_parser
+from .runqlat import add_parser as _add_runqlat_parser
 
-#: Where the bundled objects are installed (package data).
-BUNDLED_DIR = Path(__file__).resolve().parent.parent / "bpf"
-#: The kernel's own BTF: CO-RE relocations are resolved against it.
-VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
 #: Where tracefs is looked for (libbpf reads tracepoint ids from either).
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 
@@ -65,10 +76,6 @@ _TICK = 0.2
 _COMM_MAX = 15
 
 CallbackType = Callable[[Any], Any]
-
-
-class CommandError(Exception):
-    """A failure the person running the command can act on: printed as one line, exit status 1."""
 
 
 # --- the tools ---------------------------------------------------------------------------------
@@ -165,37 +172,6 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
 
 # --- output ------------------------------------------------------------------------------------
 
-class StatusLine:
-    """A one-line progress display on stderr (only when stderr is a terminal)."""
-
-    def __init__(self, stream: TextIO, lock: threading.Lock) -> None:
-        self._stream = stream
-        self._lock = lock
-        self.enabled = stream.isatty()
-        self._shown = False
-
-    def show(self, text: str) -> None:
-        if self.enabled:
-            with self._lock:
-                self._stream.write(f"\r\x1b[K{text}")
-                self._stream.flush()
-                self._shown = True
-
-    def final(self, line: str) -> None:
-        """Replace the status line by a last line that stays (the summary)."""
-        with self._lock:
-            self.clear()
-            self._stream.write(line + "\n")
-            self._stream.flush()
-
-    def clear(self) -> None:
-        """Erase the line (the caller holds the lock): before a table row or the summary."""
-        if self._shown:
-            self._stream.write("\r\x1b[K")
-            self._stream.flush()
-            self._shown = False
-
-
 class EventPrinter:
     """Parses each event with its BTF layout and writes it as a table row or a JSON line.
 
@@ -272,28 +248,8 @@ class EventPrinter:
         return self.closed.is_set()
 
     def _reader_gone(self) -> None:
-        # As the Python documentation recommends for SIGPIPE: point stdout at
-        # /dev/null so the interpreter's final flush does not fail again.
         self.closed.set()
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self._stream.fileno())
-            os.close(devnull)
-        except (OSError, ValueError):
-            pass
-
-
-def _pipe_broken(stream: TextIO) -> bool:
-    """True when ``stream`` is a pipe whose reading end was closed (poll reports POLLERR)."""
-    try:
-        fd = stream.fileno()
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-            return False
-    except (OSError, ValueError):
-        return False
-    poller = select.poll()
-    poller.register(fd, 0)  # POLLERR and POLLHUP are always reported
-    return any(ev & select.POLLERR for _, ev in poller.poll(0))
+        _point_at_devnull(self._stream)
 
 
 # --- event sources -----------------------------------------------------------------------------
@@ -459,12 +415,6 @@ class OrderedSource(EventSource):
 
 # --- trace -------------------------------------------------------------------------------------
 
-def _check_btf() -> None:
-    if not VMLINUX_BTF.exists():
-        raise CommandError(f"this kernel has no BTF ({VMLINUX_BTF} is missing): the bundled CO-RE programs "
-                           "need a kernel built with CONFIG_DEBUG_INFO_BTF=y")
-
-
 def _mount_tracefs(where: Path) -> str | None:
     """Mount tracefs at ``where``; None on success, else why it failed."""
     try:
@@ -487,19 +437,8 @@ def ensure_tracefs() -> None:
                        f"run `mount -t tracefs tracefs {where}` as root")
 
 
-def _privilege_error(e: BPFError) -> CommandError:
-    return CommandError(f"loading BPF programs needs root or CAP_BPF+CAP_PERFMON ({e.strerror}: {e.what})")
-
-
 def _open_bundled(tool: Tool) -> BPFObject:
-    path = tool.object_path
-    if not path.exists():
-        raise CommandError(f"the bundled program {path.name} is missing from {path.parent}: "
-                           "build the package (`make build`, or `pip install .`)")
-    try:
-        return BPFObject.open(path)
-    except BPFError as e:
-        raise CommandError(f"cannot open the bundled program {path}: {e.strerror}") from e
+    return open_bundled(tool.name)
 
 
 def configure(obj: BPFObject, *, pid: int | None, comm: str | None, use_perf: bool) -> None:
@@ -516,46 +455,9 @@ def configure(obj: BPFObject, *, pid: int | None, comm: str | None, use_perf: bo
     }))
 
 
-def _load(obj: BPFObject, verbose: bool) -> None:
-    try:
-        obj.load()
-    except LoadError as e:
-        if e.errno in (errno.EPERM, errno.EACCES):
-            raise _privilege_error(e) from e
-        if verbose and e.log:
-            sys.stderr.write(e.log + "\n")
-        raise CommandError(f"the kernel refused {obj.name}: {e.strerror} ({e.what})"
-                           + ("" if verbose else "; --verbose shows the verifier log")) from e
-    except BPFError as e:
-        if e.errno in (errno.EPERM, errno.EACCES):
-            raise _privilege_error(e) from e
-        raise CommandError(f"cannot load {obj.name}: {e.strerror} ({e.what})") from e
-
-
 def _attach(obj: BPFObject) -> list[Link]:
     ensure_tracefs()
-    try:
-        return obj.attach_all()
-    except BPFError as e:
-        if e.errno in (errno.EPERM, errno.EACCES):
-            raise _privilege_error(e) from e
-        raise CommandError(f"cannot attach {obj.name}: {e.strerror} ({e.what})") from e
-
-
-def _detach(links: list[Link]) -> None:
-    """Destroy every link, concurrently.
-
-    When the last perf user of a tracepoint leaves, the kernel waits for RCU
-    grace periods before the close returns (tracepoint_synchronize_unregister):
-    up to seconds on a busy machine, once per tracepoint. Those waits overlap.
-    """
-    helpers = [threading.Thread(target=link.destroy, name=f"detach {link.name}") for link in links[1:]]
-    for t in helpers:
-        t.start()
-    if links:
-        links[0].destroy()
-    for t in helpers:
-        t.join()
+    return _attach_all(obj)
 
 
 def _kernel_drops(obj: BPFObject) -> int:
@@ -579,14 +481,6 @@ def _make_source(args: argparse.Namespace, obj: BPFObject, event: EventDef, prin
     if args.max_pending is not None:
         return BackpressureSource.create(obj.maps["events"], printer, args.max_pending)
     return RingBufferSource(obj.maps["events"], printer)
-
-
-class _Terminate(Exception):
-    """SIGTERM: stop tracing as on Ctrl-C."""
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> NoReturn:
-    raise _Terminate
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -742,24 +636,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
 def _rate(text: str) -> float:
     value = float(text)
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
 
 
@@ -796,6 +676,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("-v", "--verbose", action="store_true", help="show libbpf's messages")
     inspect.set_defaults(func=cmd_inspect)
     add_features_parser(sub)
+    _add_runqlat_parser(sub)
     return parser
 
 

@@ -1,0 +1,173 @@
+"""What every ``pylibbpf`` subcommand shares: the one-line error, the bundled objects, loading
+and detaching with errors a person can act on, SIGTERM as Ctrl-C, the terminal status line and
+the closed-pipe check. Each tool's module imports from here; nothing here imports a tool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import select
+import stat
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import NoReturn, TextIO
+
+from ..errors import BPFError, LoadError
+from ..object import BPFObject
+from ..program import Link
+
+#: Where the bundled objects are installed (package data).
+BUNDLED_DIR = Path(__file__).resolve().parent.parent / "bpf"
+#: The kernel's own BTF: CO-RE relocations are resolved against it.
+VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
+
+
+class CommandError(Exception):
+    """A failure the person running the command can act on: printed as one line, exit status 1."""
+
+
+class StatusLine:
+    """A one-line progress display on stderr (only when stderr is a terminal)."""
+
+    def __init__(self, stream: TextIO, lock: threading.Lock) -> None:
+        self._stream = stream
+        self._lock = lock
+        self.enabled = stream.isatty()
+        self._shown = False
+
+    def show(self, text: str) -> None:
+        if self.enabled:
+            with self._lock:
+                self._stream.write(f"\r\x1b[K{text}")
+                self._stream.flush()
+                self._shown = True
+
+    def final(self, line: str) -> None:
+        """Replace the status line by a last line that stays (the summary)."""
+        with self._lock:
+            self.clear()
+            self._stream.write(line + "\n")
+            self._stream.flush()
+
+    def clear(self) -> None:
+        """Erase the line (the caller holds the lock): before a table row or the summary."""
+        if self._shown:
+            self._stream.write("\r\x1b[K")
+            self._stream.flush()
+            self._shown = False
+
+
+def pipe_broken(stream: TextIO) -> bool:
+    """True when ``stream`` is a pipe whose reading end was closed (poll reports POLLERR)."""
+    try:
+        fd = stream.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+    except (OSError, ValueError):
+        return False
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLERR and POLLHUP are always reported
+    return any(ev & select.POLLERR for _, ev in poller.poll(0))
+
+
+def point_at_devnull(stream: TextIO) -> None:
+    """After stdout's reader went away: as the Python documentation recommends for SIGPIPE, point the
+    stream's fd at /dev/null so that the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def check_btf() -> None:
+    if not VMLINUX_BTF.exists():
+        raise CommandError(f"this kernel has no BTF ({VMLINUX_BTF} is missing): the bundled CO-RE programs "
+                           "need a kernel built with CONFIG_DEBUG_INFO_BTF=y")
+
+
+def privilege_error(e: BPFError) -> CommandError:
+    return CommandError(f"loading BPF programs needs root or CAP_BPF+CAP_PERFMON ({e.strerror}: {e.what})")
+
+
+def open_bundled(name: str) -> BPFObject:
+    """Open the bundled ``NAME.bpf.o`` (not loaded)."""
+    path = BUNDLED_DIR / f"{name}.bpf.o"
+    if not path.exists():
+        raise CommandError(f"the bundled program {path.name} is missing from {path.parent}: "
+                           "build the package (`make build`, or `pip install .`)")
+    try:
+        return BPFObject.open(path)
+    except BPFError as e:
+        raise CommandError(f"cannot open the bundled program {path}: {e.strerror}") from e
+
+
+def load_object(obj: BPFObject, verbose: bool) -> None:
+    try:
+        obj.load()
+    except LoadError as e:
+        if e.errno in (errno.EPERM, errno.EACCES):
+            raise privilege_error(e) from e
+        if verbose and e.log:
+            sys.stderr.write(e.log + "\n")
+        raise CommandError(f"the kernel refused {obj.name}: {e.strerror} ({e.what})"
+                           + ("" if verbose else "; --verbose shows the verifier log")) from e
+    except BPFError as e:
+        if e.errno in (errno.EPERM, errno.EACCES):
+            raise privilege_error(e) from e
+        raise CommandError(f"cannot load {obj.name}: {e.strerror} ({e.what})") from e
+
+
+def detach(links: list[Link]) -> None:
+    """Destroy every link, concurrently.
+
+    When the last perf user of a tracepoint leaves, the kernel waits for RCU
+    grace periods before the close returns (tracepoint_synchronize_unregister):
+    up to seconds on a busy machine, once per tracepoint. Those waits overlap.
+    """
+    helpers = [threading.Thread(target=link.destroy, name=f"detach {link.name}") for link in links[1:]]
+    for t in helpers:
+        t.start()
+    if links:
+        links[0].destroy()
+    for t in helpers:
+        t.join()
+
+
+class Terminate(Exception):
+    """SIGTERM: stop tracing as on Ctrl-C."""
+
+
+def on_sigterm(signum: int, frame: FrameType | None) -> NoReturn:
+    raise Terminate
+
+
+def attach_all(obj: BPFObject) -> list[Link]:
+    """Attach every program of a loaded object that has an attach point; errors as one line."""
+    try:
+        return obj.attach_all()
+    except BPFError as e:
+        if e.errno in (errno.EPERM, errno.EACCES):
+            raise privilege_error(e) from e
+        raise CommandError(f"cannot attach {obj.name}: {e.strerror} ({e.what})") from e
+
+
+# argparse types: a usage error names the option's value
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value

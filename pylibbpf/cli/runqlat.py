@@ -1,0 +1,249 @@
+"""``pylibbpf runqlat``: run-queue latency (the time runnable tasks wait for a CPU) as a log2 histogram.
+
+::
+
+    pylibbpf runqlat [--interval S [--count N]] [--duration S] [-m] [--pid P] [--per-process] [--json]
+
+The bundled ``runqlat.bpf.o`` (``csrc/bpf/runqlat.bpf.c``) records when a task
+is queued (sched_wakeup, sched_wakeup_new, or a preemption seen in
+sched_switch) and counts the wait when sched_switch runs it, in log2 slots of
+microseconds (``-m``: milliseconds) in a hash map keyed by (pid, slot). Its
+programs come in two flavours: tp_btf, used when the kernel takes it, and
+raw_tp otherwise (the object is reloaded with the other set on a refusal).
+
+Every ``--interval`` seconds (default: once, at the end) the counts are read,
+cleared and printed as bcc's runqlat prints them; after ``--count`` intervals,
+``--duration``, Ctrl-C, SIGTERM or a closed stdout the command exits 0, having
+printed what the last, partial interval counted. Counts that arrive between
+the read and the clear of their slot are lost (as in libbpf-tools' runqlat).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+from ..errors import BPFError, LoadError
+from ..hist import Histogram
+from ..object import BPFObject, Map
+from ._common import (
+    CommandError,
+    StatusLine,
+    Terminate,
+    attach_all,
+    check_btf,
+    detach,
+    load_object,
+    open_bundled,
+    pipe_broken,
+    point_at_devnull,
+    positive_float,
+    positive_int,
+)
+
+#: The program sets of runqlat.bpf.o, in the order they are tried (the section prefix names each).
+FLAVOURS = ("tp_btf", "raw_tp")
+#: Seconds between two looks at the clock, stdout and the status line.
+_TICK = 0.2
+
+
+def open_runqlat(*, pid: int | None, per_process: bool, milliseconds: bool, verbose: bool = False,
+                 flavours: tuple[str, ...] = FLAVOURS) -> tuple[BPFObject, str]:
+    """runqlat.bpf.o configured and loaded with the first program set the kernel takes: (object, flavour).
+
+    The caller owns the object (close it). CommandError when no set loads
+    (the last refusal is the one reported).
+    """
+    for i, flavour in enumerate(flavours):
+        obj = open_bundled("runqlat")
+        try:
+            _configure(obj, pid=pid, per_process=per_process, milliseconds=milliseconds)
+            for prog in obj.programs.values():
+                prog.autoload = prog.section.startswith(flavour + "/")
+            if i + 1 < len(flavours):
+                try:
+                    obj.load()
+                    return obj, flavour
+                except LoadError as e:
+                    if verbose:
+                        sys.stderr.write(f"runqlat: the kernel refused the {flavour} programs ({e.strerror}); "
+                                         f"trying {flavours[i + 1]}\n")
+                    obj.close()
+                    continue
+            load_object(obj, verbose)
+            return obj, flavour
+        except BaseException:
+            obj.close()
+            raise
+    raise ValueError("flavours must name at least one program set")
+
+
+def _configure(obj: BPFObject, *, pid: int | None, per_process: bool, milliseconds: bool) -> None:
+    """Write ``struct runqlat_config`` (the object's only .rodata variable) before load."""
+    config = obj.btf_struct("runqlat_config")
+    rodata = [m for m in obj.maps.values() if m.name.endswith(".rodata")]
+    if len(rodata) != 1 or rodata[0].value_size != config.size:
+        raise CommandError(f"{obj.name}: .rodata does not hold exactly one struct runqlat_config: rebuild it")
+    rodata[0].set_initial_value(config.serialize({
+        "target_tgid": pid or 0, "per_process": int(per_process), "milliseconds": int(milliseconds)}))
+
+
+def _slot_counts(hists: Map, clear: bool) -> Iterator[tuple[tuple[int, int], int]]:
+    """((pid, slot), count) of every entry of the ``hists`` map; ``clear`` deletes each after its read."""
+    for key, value in hists.items():
+        count = int.from_bytes(value[:8] if isinstance(value, bytes) else value[0][:8], "little")
+        if clear:
+            try:
+                hists.delete(key)
+            except KeyError:
+                pass
+        yield (int.from_bytes(key[:4], "little"), int.from_bytes(key[4:8], "little")), count
+
+
+def read_histograms(obj: BPFObject, *, clear: bool = True) -> dict[int, Histogram]:
+    """pid -> Histogram (pid 0 only, unless the object counts per process); clears the counts by default."""
+    return Histogram.per_key(list(_slot_counts(obj.maps["hists"], clear)))
+
+
+def _comm(obj: BPFObject, pid: int) -> str:
+    try:
+        raw = obj.maps["comms"].lookup(pid)
+    except (KeyError, BPFError):
+        return ""
+    if not isinstance(raw, bytes):
+        return ""
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+class _Output:
+    """Writes each interval's histogram(s) to stdout; a closed stdout sets ``gone``, never raises."""
+
+    def __init__(self, stream: TextIO, status: StatusLine, lock: threading.Lock, *, as_json: bool, unit: str,
+                 per_process: bool) -> None:
+        self._stream = stream
+        self._status = status
+        self._lock = lock
+        self._json = as_json
+        self._unit = unit
+        self._per_process = per_process
+        self.gone = False
+
+    def interval(self, obj: BPFObject, hists: dict[int, Histogram]) -> None:
+        comms = {pid: _comm(obj, pid) for pid in hists} if self._per_process else {}
+        if self._json:
+            def entry(h: Histogram) -> dict[str, Any]:
+                return {"total": h.total, "buckets": [{"low": lo, "high": hi, "count": n} for lo, hi, n in h.buckets]}
+            row: dict[str, Any] = {"time": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                                   "unit": self._unit}
+            if self._per_process:
+                row["processes"] = [{"pid": pid, "comm": comms[pid], **entry(h)} for pid, h in hists.items()]
+            else:
+                row.update(entry(hists.get(0, Histogram.log2([]))))
+            text = json.dumps(row) + "\n"
+        elif self._per_process:
+            text = Histogram.format_per_key(hists, self._unit, section="pid",
+                                            key_text=lambda pid: f"{pid} {comms[pid]}".rstrip()) + "\n"
+        else:
+            text = "\n" + hists.get(0, Histogram.log2([])).format(self._unit) + "\n"
+        self._write(text)
+
+    def _write(self, text: str) -> None:
+        if self.gone:
+            return
+        with self._lock:
+            self._status.clear()
+            try:
+                self._stream.write(text)
+                self._stream.flush()
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def reader_gone(self) -> bool:
+        if not self.gone and pipe_broken(self._stream):
+            self._reader_gone()
+        return self.gone
+
+    def _reader_gone(self) -> None:
+        self.gone = True
+        point_at_devnull(self._stream)
+
+
+def cmd_runqlat(args: argparse.Namespace) -> int:
+    """Load, attach, print a histogram per interval until the end; exit 0 on every normal end."""
+    check_btf()
+    unit = "msecs" if args.milliseconds else "usecs"
+    lock = threading.Lock()
+    status = StatusLine(sys.stderr, lock)
+    out = _Output(sys.stdout, status, lock, as_json=args.json, unit=unit, per_process=args.per_process)
+    obj, flavour = open_runqlat(pid=args.pid, per_process=args.per_process, milliseconds=args.milliseconds,
+                                verbose=args.verbose)
+    with obj:
+        links = attach_all(obj)
+        try:
+            started = time.monotonic()
+            end = None if args.duration is None else started + args.duration
+            filters = "".join([f", pid {args.pid}" if args.pid else "", ", per process" if args.per_process else ""])
+            until = f"for {args.duration:g} s" if args.duration else "Ctrl-C to stop"
+            sys.stderr.write(f"tracing run queue latency ({flavour}{filters})... {until}\n")
+            sys.stderr.flush()
+            printed = 0
+            try:
+                while True:
+                    interval_end = None if args.interval is None else time.monotonic() + args.interval
+                    finished = _wait(interval_end, end, out, status, printed, args.count)
+                    out.interval(obj, read_histograms(obj))
+                    printed += 1
+                    if finished or out.reader_gone() or (args.count is not None and printed >= args.count):
+                        break
+            except (KeyboardInterrupt, Terminate):
+                out.interval(obj, read_histograms(obj))  # what the interrupted interval counted
+        finally:
+            try:
+                detach(links)
+            except (KeyboardInterrupt, Terminate):
+                pass
+        with lock:
+            status.clear()
+    return 0
+
+
+def _wait(interval_end: float | None, end: float | None, out: _Output, status: StatusLine, printed: int,
+          count: int | None) -> bool:
+    """Sleep until the interval ends (False) or the run does (True: duration over, stdout closed)."""
+    while True:
+        now = time.monotonic()
+        if end is not None and now >= end:
+            return True
+        if out.reader_gone():
+            return True
+        if interval_end is not None and now >= interval_end:
+            return False
+        if status.enabled:
+            left = min(t for t in (interval_end, end) if t is not None) - now if (interval_end or end) else None
+            of = f"/{count}" if count else ""
+            status.show(f"interval {printed + 1}{of}" + (f", next output in {left:.0f} s" if left is not None else
+                                                        ", Ctrl-C prints the histogram"))
+        stops = [t - now for t in (interval_end, end) if t is not None]
+        time.sleep(min([_TICK, *stops]))
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``runqlat`` on the command's subparsers (``sub.add_parser``)."""
+    p = sub.add_parser("runqlat", help="run-queue latency as a log2 histogram",
+                       description="How long runnable tasks wait for a CPU (sched_wakeup/sched_switch), "
+                       "as a log2 histogram printed every --interval (default: once, at the end).")
+    p.add_argument("--interval", type=positive_float, metavar="S", help="print (and reset) every S seconds")
+    p.add_argument("--count", type=positive_int, metavar="N", help="stop after N intervals")
+    p.add_argument("--duration", type=positive_float, metavar="S", help="stop after S seconds")
+    p.add_argument("-m", "--milliseconds", action="store_true", help="slots of milliseconds (default: microseconds)")
+    p.add_argument("--pid", type=positive_int, metavar="P", help="only the threads of process P")
+    p.add_argument("-P", "--per-process", action="store_true", help="one histogram per process")
+    p.add_argument("--json", action="store_true", help="one JSON object per interval")
+    p.add_argument("-v", "--verbose", action="store_true", help="show libbpf's messages and verifier logs")
+    p.set_defaults(func=cmd_runqlat)
