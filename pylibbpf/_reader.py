@@ -13,7 +13,6 @@ import abc
 import array
 import asyncio
 import functools
-import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence

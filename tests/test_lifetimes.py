@@ -19,8 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from progs import ORD_EVENT, ORD_PERF, ORD_RB0, accounted, emit_ordered, emit_perf, emit_ring, old_ts, rb_event, \
-    wait_until
+from progs import (
+    ORD_EVENT,
+    ORD_PERF,
+    ORD_RB0,
+    accounted,
+    emit_ordered,
+    emit_perf,
+    emit_ring,
+    old_ts,
+    rb_event,
+    wait_until,
+)
 
 from pylibbpf import (
     BackpressureConsumer,
@@ -187,6 +197,7 @@ def test_every_inherited_object_works_or_raises_closed_error_in_a_child(bpf_obje
     od = OrderedReader(ord_o.maps["events"], timestamp=0, window_ms=0)
     odr = OrderedReader([ord_o.maps["rb0"]], timestamp=0, window_ms=0)
     layout = map_ringbuf(rb_o.maps["rb"])
+    view = memoryview(b"")
     try:
         bc.start()
         rc.start()
@@ -234,7 +245,7 @@ def test_every_inherited_object_works_or_raises_closed_error_in_a_child(bpf_obje
     finally:
         bc.stop()
         rc.stop()
-        del view
+        view.release()
         for x in (rb, pb, pr, od, odr, layout):
             x.close()
         for o in (rb_o, pf_o, pf2_o, ord_o):
