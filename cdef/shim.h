@@ -34,6 +34,7 @@ int plb_waiter_add_writable(struct plb_waiter *w, int fd);
 int plb_waiter_wait(struct plb_waiter *w, int timeout_ms);
 void plb_waiter_wake(struct plb_waiter *w);
 void plb_waiter_close(struct plb_waiter *w);
+int plb_fill_hole(void *addr, size_t len);
 
 extern "Python+C" void plb_py_log(int level, const char *msg);
 void plb_log_install(int max_level);

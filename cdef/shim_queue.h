@@ -24,7 +24,7 @@ struct plb_queue_stats {
 
 struct plb_queue *plb_queue_create(uint32_t max_pending, size_t byte_cap,
                                    uint32_t drop_cap, size_t drop_byte_cap);
-void plb_queue_destroy(struct plb_queue *q);
+int plb_queue_destroy(struct plb_queue *q);
 int plb_queue_push(struct plb_queue *q, const void *data, uint32_t len);
 int plb_queue_pop_batch(struct plb_queue *q, uint8_t *out, size_t out_cap,
                         uint32_t *starts, uint32_t *lens, uint32_t max,

@@ -235,15 +235,23 @@ struct plb_queue *plb_queue_create(uint32_t max_pending, size_t byte_cap,
 }
 
 /* Free the queue and its memory (no concurrent calls allowed). */
-void plb_queue_destroy(struct plb_queue *q)
+int plb_queue_destroy(struct plb_queue *q)
 {
+	int busy;
+
 	if (!q)
-		return;
+		return 0;
+	pthread_mutex_lock(&q->mu);
+	busy = q->waiters || q->consumer_busy;
+	pthread_mutex_unlock(&q->mu);
+	if (busy)
+		return -EBUSY; /* a caller broke the contract: leak rather than free under it */
 	pthread_cond_destroy(&q->cond);
 	pthread_mutex_destroy(&q->mu);
 	plb_bring_free(&q->main);
 	plb_bring_free(&q->side);
 	free(q);
+	return 0;
 }
 
 /* Queue a copy of a record, or drop it when full; never blocks. */

@@ -59,8 +59,11 @@ struct plb_queue_stats {
 struct plb_queue *plb_queue_create(uint32_t max_pending, size_t byte_cap,
 				   uint32_t drop_cap, size_t drop_byte_cap);
 
-/* Free the queue; no other call may be running or follow. NULL is a no-op. */
-void plb_queue_destroy(struct plb_queue *q);
+/* Free the queue; no other call may be running or follow. NULL is a no-op.
+ * A consumer still inside pop_batch (waiting, or between its steps) makes it
+ * refuse and return -EBUSY, freeing nothing: a leak, never a use after free.
+ * Returns 0 otherwise. */
+int plb_queue_destroy(struct plb_queue *q);
 
 /* Queue a copy of data[0..len) without ever blocking: returns 1 if queued,
  * 0 if dropped (queue full, len > byte_cap, or queue closed). */

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -84,4 +85,20 @@ void plb_waiter_close(struct plb_waiter *w)
 		close(w->epfd);
 	w->evfd = -1;
 	w->epfd = -1;
+}
+
+int plb_fill_hole(void *addr, size_t len)
+{
+	/* MAP_FIXED_NOREPLACE would refuse if anything were mapped there: the
+	 * caller passes only ranges the kernel left out of this process. */
+	void *p = mmap(addr, len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+
+	if (p == MAP_FAILED)
+		return -errno;
+	if (p != addr) { /* a kernel older than 4.17 ignores the flag */
+		munmap(p, len);
+		return -EEXIST;
+	}
+	return 0;
 }

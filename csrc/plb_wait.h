@@ -9,6 +9,8 @@
 #ifndef PLB_WAIT_H
 #define PLB_WAIT_H
 
+#include <stddef.h>
+
 struct plb_waiter {
 	int epfd;
 	int evfd;
@@ -30,5 +32,11 @@ int plb_waiter_wait(struct plb_waiter *w, int timeout_ms);
 void plb_waiter_wake(struct plb_waiter *w);
 /* Close both fds; the waiter must no longer be waited on. */
 void plb_waiter_close(struct plb_waiter *w);
+
+/* Map zeroed private memory over [addr, addr + len) (page aligned), in place.
+ * For a forked child: the kernel does not copy perf ring mappings into a child
+ * (VM_DONTCOPY), so views of them taken before fork point at a hole; filling
+ * it makes reading them give zeros instead of SIGSEGV. Returns 0 or -errno. */
+int plb_fill_hole(void *addr, size_t len);
 
 #endif

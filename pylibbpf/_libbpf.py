@@ -486,6 +486,7 @@ def plb_queue_create(max_pending: int, byte_cap: int, drop_cap: int, drop_byte_c
 
 
 def plb_queue_destroy(q: CData) -> None:
+    """Free the queue; a consumer still inside it makes the C side refuse (-EBUSY) and leak it instead."""
     lib.plb_queue_destroy(q)
 
 

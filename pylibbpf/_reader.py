@@ -13,14 +13,13 @@ import abc
 import array
 import asyncio
 import functools
-import os
 import threading
 import time
-import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from . import _libbpf
+from . import _close, _libbpf
+from ._close import current_pid
 from ._ffi import ffi, lib
 from .errors import ClosedError
 
@@ -172,24 +171,6 @@ def _numpy_dtype(event_def: Any) -> Any:
     return event_def.numpy_dtype()
 
 
-# This process's pid, kept current across fork() by an at-fork hook, so that telling an
-# object this process made from one a forked child inherited costs an int comparison.
-_pid = os.getpid()
-
-
-def _after_fork_in_child() -> None:
-    global _pid
-    _pid = os.getpid()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def current_pid() -> int:
-    """This process's pid (cached; updated in a forked child)."""
-    return _pid
-
-
 def remaining_ms(deadline: float | None) -> int:
     """Milliseconds left until ``deadline`` (monotonic seconds); -1 for no deadline."""
     if deadline is None:
@@ -204,7 +185,7 @@ class Waiter:
         self._w = ffi.new("struct plb_waiter *")
         self._w.epfd = self._w.evfd = -1
         _libbpf.plb_waiter_init(self._w, -1, what)
-        self._finalizer = weakref.finalize(self, lib.plb_waiter_close, self._w)
+        self._finalizer = _close.finalizer(self, lib.plb_waiter_close, self._w)
         try:
             for fd in fds:
                 _libbpf.plb_waiter_add(self._w, fd, what)
@@ -249,22 +230,33 @@ class Closable(abc.ABC):
 
     Subclasses implement ``_release()`` (free C resources; called once, under
     the operation lock, after any blocked reader has been woken and left).
+
+    Every reader is closed at interpreter exit if still open (see
+    :mod:`pylibbpf._close`), so a daemon thread still reading then gets
+    ClosedError instead of reading freed memory. In a forked child every
+    method raises ClosedError before touching a lock or shared memory.
     """
 
     _what = "object"
+    _exit_order = 1  # closed at exit after the consumers, which read through readers
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._closed = False
-        self._owner_pid = _pid
+        self._owner_pid = current_pid()
         self._waiter: Waiter | None = None
         self._close_hooks: list[Callable[[], None]] = []  # wake async iterations on close
+        _close.track(self)
+
+    def _check_owner(self) -> None:
+        """ClosedError in a forked child: the object belongs to the parent."""
+        if self._owner_pid != current_pid():
+            raise ClosedError(f"{self._what} inherited through fork()")
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError(self._what)
-        if self._owner_pid != _pid:
-            raise ClosedError(f"{self._what} inherited through fork()")
+        self._check_owner()
 
     def read_batch(self, timeout_ms: int = -1) -> Batch:
         """Wait up to ``timeout_ms`` and return what one C drain produced (subclasses)."""
@@ -327,19 +319,32 @@ class Closable(abc.ABC):
         lock at the fork. The child's copies of the fds (all close-on-exec) and
         mappings go when the child exits or execs.
         """
+        self._close_within(None)
+
+    def _at_exit(self, timeout: float) -> None:
+        """Interpreter exit: close, waiting at most ``timeout`` s for a reader to leave."""
+        self._close_within(timeout)
+
+    def _close_within(self, timeout: float | None) -> None:
         if self._closed:
             return
         self._closed = True
-        if self._owner_pid != _pid:
+        if self._owner_pid != current_pid():
             return
         if self._waiter is not None:
             self._waiter.wake()
         for hook in list(self._close_hooks):
             hook()
-        with self._lock:
+        # Every C call on the object's memory runs under the lock after a closed
+        # check: once we hold it, no thread is inside, nor will be.
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            return  # exit only: a thread would not leave; free nothing under it
+        try:
             self._release()
             if self._waiter is not None:
                 self._waiter.close()
+        finally:
+            self._lock.release()
 
     @abc.abstractmethod
     def _release(self) -> None:
@@ -366,6 +371,64 @@ def check_callable(value: object, name: str) -> None:
 Callback = Callable[..., Any]
 
 
+class OneCaller:
+    """One call at a time on a reader, from drain to the last record delivered.
+
+    Two threads polling one reader would otherwise deliver the same drained
+    records twice. A second thread waits (up to its own timeout); the thread
+    already inside (a callback calling back into its reader) gets a
+    RuntimeError naming the reader instead of a deadlock.
+    """
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+
+    def enter(self, timeout_ms: int) -> bool:
+        """Take the turn: False when ``timeout_ms`` (-1: no limit, 0: do not wait) passed first."""
+        me = threading.get_ident()
+        if self._owner == me:
+            raise RuntimeError(f"{self._what}: called from its own callback; one call at a time")
+        if timeout_ms == 0:
+            taken = self._lock.acquire(False)
+        else:
+            taken = self._lock.acquire(timeout=-1 if timeout_ms < 0 else timeout_ms / 1000)
+        if taken:
+            self._owner = me
+        return taken
+
+    def leave(self) -> None:
+        self._owner = None
+        self._lock.release()
+
+
+ResultT = TypeVar("ResultT")
+
+
+def one_caller(empty: Callable[[], Any]) -> Callable[[Callable[..., ResultT]], Callable[..., ResultT]]:
+    """Decorate ``method(self, timeout_ms)``: it runs under ``self._calls`` (a :class:`OneCaller`).
+
+    The time spent waiting for the turn counts against ``timeout_ms``; when it
+    runs out first, the call returns ``empty()``.
+    """
+    def wrap(method: Callable[..., ResultT]) -> Callable[..., ResultT]:
+        @functools.wraps(method)
+        def call(self: Any, timeout_ms: int = -1) -> ResultT:
+            self._check_open()  # in a forked child: ClosedError before the lock
+            start = time.monotonic()
+            if not self._calls.enter(timeout_ms):
+                return empty()  # type: ignore[no-any-return]
+            try:
+                if timeout_ms > 0:
+                    timeout_ms = max(0, timeout_ms - int((time.monotonic() - start) * 1000))
+                return method(self, timeout_ms)
+            finally:
+                self._calls.leave()
+        return call
+    return wrap
+
+
 class BatchReader(Closable):
     """poll/consume/read_batch over a C drain: the protocol RingBuffer and PerfBuffer share.
 
@@ -373,10 +436,15 @@ class BatchReader(Closable):
     ``self._pending``; lock held) and ``_deliver()`` (call the callbacks for
     ``self._pending``; no lock held, so a callback may close the reader).
     Records a callback stop left undelivered are delivered first by the next
-    call, without waiting.
+    call, without waiting. ``poll``/``consume``/``read_batch`` from several
+    threads take turns (:class:`OneCaller`): every record reaches one of them, once.
     """
 
     _pending: Batch | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._calls = OneCaller(self._what)
 
     def _fill(self, timeout_ms: int) -> bool:
         """Drain into ``_pending`` unless records are already pending; False on timeout."""
@@ -389,10 +457,12 @@ class BatchReader(Closable):
                 self._drain()
         return True
 
+    @one_caller(int)
     def poll(self, timeout_ms: int = -1) -> int:
         """Wait up to ``timeout_ms`` (-1: forever) for records, deliver them, return how many.
 
-        Returns 0 on timeout; raises ClosedError if closed (also when closed by
+        Another thread's poll/consume/read_batch on this reader is waited for
+        (within the timeout). Returns 0 on timeout; raises ClosedError if closed (also when closed by
         another thread during the wait) and whatever a callback raised.
         """
         return self._deliver() if self._fill(timeout_ms) else 0
@@ -401,6 +471,7 @@ class BatchReader(Closable):
         """Deliver whatever is available now, without waiting; returns how many."""
         return self.poll(0)
 
+    @one_caller(Batch.empty)
     def read_batch(self, timeout_ms: int = -1) -> Batch:
         """Wait up to ``timeout_ms`` (-1: forever) and return what one C drain produced.
 

@@ -41,9 +41,10 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, NamedTuple
 
-from . import _libbpf
+from . import _close, _libbpf
+from ._close import current_pid
 from ._ffi import ffi, lib
-from ._reader import Callback, Waiter, check_callable, current_pid
+from ._reader import Callback, Waiter, check_callable
 from .errors import ClosedError
 from .object import Map
 from .ringbuf import SAFETY_NET_MS, RecordBuffer, RingBufLayout, busy_pause, require_map_type
@@ -132,6 +133,7 @@ class _Consumer(abc.ABC):
     """
 
     _what = "consumer"
+    _exit_order = 0  # stopped at interpreter exit before the readers are closed
     #: Whether a stop past its deadline leaves the rest of a batch undelivered (the queue-based
     #: consumers account for it; a RingBufConsumer delivers every record it took from the ring).
     _cut_batches = False
@@ -155,6 +157,10 @@ class _Consumer(abc.ABC):
         self._life = threading.Lock()      # serialises start() and stop()
         self._res_lock = threading.Lock()  # the source's C resources: stop signals vs. the final free
         self._worker: threading.Thread | None = None
+        # Set by the worker as its very last step. Not Thread.join()/is_alive(): a join
+        # interrupted by Ctrl-C can mark a live thread as stopped (CPython 3.11).
+        self._done = threading.Event()
+        self._done.set()
         self._run_pid = 0  # the process that started the current run (see _inherited_run)
         self._stop_requested = False
         self._stop_event = threading.Event()  # interrupts the worker's pauses
@@ -169,6 +175,15 @@ class _Consumer(abc.ABC):
         self._started_at = 0.0
         self._stopped_at: float | None = None
         self._reset_counters()
+        _close.track(self)
+        _close.after_fork(self)
+
+    def _after_fork_in_child(self) -> None:
+        """Fresh locks: a thread of the parent may have held these at the fork."""
+        self._cond = threading.Condition(threading.Lock())
+        self._life = threading.Lock()
+        self._res_lock = threading.Lock()
+        self._stop_event = threading.Event()
 
     # --- counters -----------------------------------------------------------------------------
 
@@ -188,29 +203,29 @@ class _Consumer(abc.ABC):
 
     @property
     def running(self) -> bool:
-        """True from start() until the run has ended (stop() returned, or the thread failed)."""
-        worker = self._worker
-        return worker is not None and worker.is_alive()
+        """True from start() until the run's thread has ended (after stop(), or a failure)."""
+        return self._worker is not None and not self._done.is_set() and self._run_pid == current_pid()
 
     def start(self) -> None:
         """Start a run: map the ring, start the thread(s). Returns at once; no-op when running.
 
         After stop(), start() starts a new run with statistics from zero.
         BPFError when the ring cannot be mapped or a thread cannot start;
-        RuntimeError when called from the consumer's own callback, or in a
-        forked child on a consumer whose run the parent started.
+        RuntimeError when called from the consumer's own callback; ClosedError
+        in a forked child on a consumer whose run the parent started. After a
+        stop() that was interrupted (Ctrl-C), start() first waits for that run
+        to end: there is never more than one worker thread.
         """
         if self._worker is threading.current_thread():
             raise RuntimeError(f"{type(self).__name__}.start() called from its own callback")
-        if self._inherited_run():
-            raise RuntimeError(f"{type(self).__name__}: this run was started by the parent process before "
-                               "fork(); a child cannot use it: create a new consumer in the child")
+        self._check_not_inherited()
         with self._life:
             worker = self._worker
             if worker is not None:
-                if not self._stop_requested and worker.is_alive():
+                if not self._stop_requested and not self._done.is_set():
                     return
-                worker.join()  # a stop asked from the callback, or a failed run: let it finish
+                self._request_stop(0.0)  # a failed run, or an interrupted stop: let it end
+                self._done.wait()
                 self._worker = None
             with self._cond:
                 self._reset_counters()
@@ -223,9 +238,11 @@ class _Consumer(abc.ABC):
             self._open()
             with self._cond:
                 self._finished = False
-            worker = threading.Thread(target=self._run, name=f"pylibbpf-{type(self).__name__}", daemon=True)
+            done = threading.Event()
+            worker = threading.Thread(target=self._run, args=(done,), name=f"pylibbpf-{type(self).__name__}",
+                                      daemon=True)
             # Known before it runs: its first callback may call stop(), which must see its own thread.
-            self._worker, self._run_pid = worker, current_pid()
+            self._worker, self._run_pid, self._done = worker, current_pid(), done
             try:
                 worker.start()
             except BaseException:
@@ -234,6 +251,7 @@ class _Consumer(abc.ABC):
                     self._finished = True
                     self._stopped_at = time.monotonic()
                 self._close()
+                done.set()
                 raise
 
     def stop(self, drain_timeout: float = 5.0) -> None:
@@ -250,6 +268,10 @@ class _Consumer(abc.ABC):
         In a forked child, stop() of a run the parent started does nothing:
         that run's threads exist only in the parent, its eventfds and ring
         are shared with it, and its locks may have been held at the fork.
+
+        Interrupted (Ctrl-C raises KeyboardInterrupt while it waits), the run
+        is left stopping: ``running`` stays True until its thread has ended,
+        the counters stay consistent, and a second stop() finishes the job.
         """
         if drain_timeout < 0:
             raise ValueError(f"drain_timeout must be >= 0, got {drain_timeout}")
@@ -259,11 +281,10 @@ class _Consumer(abc.ABC):
             self._request_stop(drain_timeout)  # from the callback: the thread ends after it returns
             return
         with self._life:
-            worker = self._worker
-            if worker is None:
+            if self._worker is None:
                 return
             self._request_stop(drain_timeout)
-            worker.join()
+            self._done.wait()
             self._worker = None
             failure, self._failure = self._failure, None
         if failure is not None:
@@ -273,24 +294,50 @@ class _Consumer(abc.ABC):
         """True in a forked child for a run the parent started (its threads are the parent's)."""
         return self._worker is not None and self._run_pid != current_pid()
 
+    def _check_not_inherited(self) -> None:
+        """ClosedError in a forked child for a run the parent started."""
+        if self._inherited_run():
+            raise ClosedError(f"{type(self).__name__} run inherited through fork()")
+
     def _request_stop(self, drain_timeout: float) -> None:
-        """Mark the run as stopping (once) and wake the thread(s)."""
+        """Mark the run as stopping (once) and wake the thread(s); the wake-up is repeated on every call.
+
+        Repeating it makes a stop interrupted half-way (Ctrl-C between the
+        two steps) complete on the next call; every signal is idempotent.
+        """
         with self._cond:
-            if self._stop_requested:
-                return
-            self._stop_requested = True
-            self._deadline = time.monotonic() + drain_timeout
+            if not self._stop_requested:
+                self._deadline = time.monotonic() + drain_timeout  # before the flag the worker reads
+                self._stop_requested = True
             self._stop_event.set()
             self._cond.notify_all()
         with self._res_lock:
             self._signal_stop()
 
-    def _run(self) -> None:
+    def _at_exit(self, timeout: float) -> None:
+        """Interpreter exit: stop the run without draining, wait up to ``timeout`` s for its thread.
+
+        The native reader (BackpressureConsumer) is stopped and joined here,
+        before anything it reads could be released.
+        """
+        if self._worker is None or self._inherited_run() or self._worker is threading.current_thread():
+            return
+        self._request_stop(0.0)
+        self._done.wait(timeout)
+
+    def _run(self, done: threading.Event) -> None:
+        try:
+            self._run_body()
+        finally:
+            done.set()
+
+    def _run_body(self) -> None:
         try:
             self._loop()
         except BaseException as exc:  # the consumer's own failure (callbacks' are counted, not raised)
-            logger.error("%s: the consumer thread failed", type(self).__name__, exc_info=exc)
-            self._failure = exc
+            if not (isinstance(exc, ClosedError) and _close.exiting()):  # at exit: its mapping was closed
+                logger.error("%s: the consumer thread failed", type(self).__name__, exc_info=exc)
+                self._failure = exc
         finally:
             try:
                 with self._res_lock:
@@ -585,9 +632,11 @@ class RingBufConsumer(_Consumer):
         if async_mode and self._waker is None:
             return  # nobody to deliver to: leave the records in the ring
         with layout._lock:
+            layout._check_open()
             limit = _libbpf.rb_producer_pos(layout._view)
         while not self._stopping_past_deadline():
             with layout._lock:
+                layout._check_open()
                 if _libbpf.plb_rb_consumer_pos(layout._view) >= limit:
                     break
             records = self._read_batch(layout)
@@ -673,9 +722,14 @@ class BackpressureConsumer(_Consumer):
     # --- statistics ---------------------------------------------------------------------------
 
     def _counts(self) -> tuple[int, int, int, int, int]:
-        """(pushed, dropped, queue_full_count, high_water, batches) now (lock held)."""
+        """(pushed, dropped, queue_full_count, high_water, batches) now (lock held).
+
+        ClosedError in a forked child during a run the parent started: the
+        queue's own lock may have been held by the parent's native thread.
+        """
         if self._queue is None:
             return self._final
+        self._check_not_inherited()
         q, r = self._qstats, self._rstats
         _libbpf.plb_queue_stats(self._queue, q)
         _libbpf.plb_reader_stats(self._reader, r)
@@ -711,7 +765,9 @@ class BackpressureConsumer(_Consumer):
         )
 
     def stats(self) -> BackpressureStats:
-        """A consistent snapshot of the current run's counters (the last run's after stop())."""
+        """A consistent snapshot of the current run's counters (the last run's after stop()).
+
+        ClosedError in a forked child while the parent's run is on."""
         with self._cond:
             return self._snapshot()
 
@@ -815,8 +871,15 @@ class BackpressureConsumer(_Consumer):
 
     def _loop(self) -> None:
         async_mode = self._callback is None
+        signalled = False
         while True:
             self._handle_drops()
+            if self._stop_requested and not signalled:
+                # Finish a stop() that was interrupted before it closed the queue
+                # (idempotent when it did): without it, nothing would end this loop.
+                with self._res_lock:
+                    self._signal_stop()
+                signalled = True
             if self._stop_requested and self._stopping_past_deadline():
                 return
             if async_mode and not self._room_for_handoff():

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
-from . import _libbpf
+from . import _close, _libbpf
 from ._ffi import ffi, lib
 from .errors import BPFError, ClosedError
 from .program import Link, Program
@@ -49,6 +49,12 @@ class NamedTable(Mapping[str, T]):
         return f"<{self._kind}s of {self._owner}: {', '.join(self._items)}>"
 
 
+def _free_object(ptr: CData, keepalive: list[Any]) -> None:
+    """bpf_object__close, then drop the buffers libbpf pointed into (after: it may still read them)."""
+    _libbpf.bpf_object__close(ptr)
+    keepalive.clear()
+
+
 class BPFObject:
     """A BPF ELF object (``bpf_object``): open it, load it, then use its programs and maps.
 
@@ -59,6 +65,10 @@ class BPFObject:
     manager; programs, maps and the object itself raise ClosedError after it.
     Links made by ``attach_all()``/``Program.attach()`` are independent and stay
     attached until destroyed.
+
+    An object dropped without ``close()`` is closed when garbage collected
+    (its programs and maps keep it alive while they are referenced), but not
+    at interpreter exit, when the kernel reclaims everything anyway.
     """
 
     def __init__(self, ptr: CData, name: str, keepalive: list[Any]) -> None:
@@ -67,6 +77,9 @@ class BPFObject:
         self._keepalive = keepalive  # buffers libbpf points into (ELF bytes, option strings)
         self._loaded = False
         self._lock = threading.Lock()
+        # Safety net only: close() is the contract, and disarms it.
+        self._finalizer = _close.finalizer(self, _free_object, ptr, keepalive)
+        _close.after_fork(self)
         self.programs: NamedTable[Program] = NamedTable(
             "program", name,
             {p.name: p for p in (Program(x, alive=self._check) for x in _libbpf.bpf_object__programs(ptr))})
@@ -104,6 +117,10 @@ class BPFObject:
         else:
             raise TypeError(f"BPFObject.open takes a path or bytes, not {type(path_or_bytes).__name__}")
         return cls(ptr, _libbpf.bpf_object__name(ptr), keep)
+
+    def _after_fork_in_child(self) -> None:
+        """A fresh lock: a thread of the parent may have held it at the fork."""
+        self._lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -186,9 +203,8 @@ class BPFObject:
         with self._lock:
             if self._ptr is None:
                 return
-            ptr, self._ptr = self._ptr, None
-            _libbpf.bpf_object__close(ptr)
-            self._keepalive.clear()
+            self._ptr = None
+            self._finalizer()  # _free_object, once
 
     @property
     def closed(self) -> bool:

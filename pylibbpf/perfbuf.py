@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from . import _libbpf
+from . import _close, _libbpf
+from ._close import current_pid
 from ._ffi import ffi, lib
 from ._reader import (
     _ZEROS_U64,
@@ -40,7 +41,6 @@ from ._reader import (
     _u64_array,
     any_nonzero,
     check_callable,
-    current_pid,
     remaining_ms,
 )
 from .errors import BPFError, ClosedError
@@ -99,9 +99,12 @@ class PerfBuffer(BatchReader):
         except BaseException:
             _free_perf_buffer(pb, map_fd, owner)
             raise
+        # A forked child does not inherit these mappings (VM_DONTCOPY): views from
+        # buffer() would point at a hole there; the child fills it with zeros.
+        _close.add_fork_hole(_address(pb), [_ring_range(pb, i) for i in range(_libbpf.perf_buffer__buffer_cnt(pb))])
         # The perf_buffer is freed when the last reference goes: close() drops ours,
         # and views from buffer() hold theirs, so their memory stays mapped.
-        self._pb = ffi.gc(pb, lambda p: _free_perf_buffer(p, map_fd, owner))
+        self._pb = _close.gc(pb, lambda p: _free_perf_buffer(p, map_fd, owner))
 
     def buffer_cnt(self) -> int:
         """The number of per-CPU rings (one per online CPU)."""
@@ -117,7 +120,9 @@ class PerfBuffer(BatchReader):
         ``i`` is a slot over online CPUs, not a CPU number. The view is the live
         mapping: the kernel writes into it. It keeps the mapping alive even after
         ``close()``. Once a ring is read through this view, do not also call
-        ``poll``/``consume`` on this PerfBuffer.
+        ``poll``/``consume`` on this PerfBuffer. In a process forked after the
+        view was taken, the view reads zeros (the kernel does not copy perf
+        mappings into a child).
         """
         self._check_open()
         count = _libbpf.perf_buffer__buffer_cnt(self._pb)
@@ -352,6 +357,16 @@ def _positive_int(value: object, name: str) -> int:
     return value
 
 
+def _address(ptr: CData) -> int:
+    return int(ffi.cast("uintptr_t", ptr))
+
+
+def _ring_range(pb: CData, i: int) -> tuple[int, int]:
+    """(address, length) of ring ``i``'s mapping: libbpf's data size plus the control page."""
+    base, size = _libbpf.perf_buffer__buffer(pb, i, f"perf_buffer__buffer({i})")
+    return _address(base), size + mmap.PAGESIZE
+
+
 def _free_perf_buffer(pb: CData, map_fd: int, owner_pid: int) -> None:
     """``perf_buffer__free`` then close ``map_fd`` (the perf_buffer's own dup of the map fd).
 
@@ -361,6 +376,7 @@ def _free_perf_buffer(pb: CData, map_fd: int, owner_pid: int) -> None:
     silencing the parent's rings. The child's copies of the fds (close-on-exec)
     and mappings go when it exits or execs.
     """
+    _close.remove_fork_hole(_address(pb))
     if owner_pid == current_pid():
         _libbpf.perf_buffer__free(pb)
     os.close(map_fd)
@@ -391,7 +407,7 @@ class _PerfRings:
             os.close(self.map_fd)
             raise
         self.pb = pb
-        self._finalizer = weakref.finalize(self, _free_perf_buffer, pb, self.map_fd, current_pid())
+        self._finalizer = _close.finalizer(self, _free_perf_buffer, pb, self.map_fd, current_pid())
         try:
             count = _libbpf.perf_buffer__buffer_cnt(pb)
             if count != n:
@@ -416,7 +432,7 @@ class _RingBufMaps:
     def __init__(self, maps: list[Map]) -> None:
         self.fds: list[int] = []
         self.mappings: list[CData] = []
-        self._finalizer = weakref.finalize(self, _RingBufMaps._free, self.mappings, self.fds)
+        self._finalizer = _close.finalizer(self, _RingBufMaps._free, self.mappings, self.fds)
         try:
             for m in maps:
                 self.fds.append(os.dup(m.fd))
@@ -556,6 +572,7 @@ class PerfReader(_RecordReader):
         Removes this reader's CPUs from the perf event array (their rings stay:
         what they hold can still be read). Idempotent; any thread.
         """
+        self._check_open()  # in a forked child: before the lock
         with self._pause_lock:
             self._check_open()
             key = ffi.new("int *")
@@ -566,6 +583,7 @@ class PerfReader(_RecordReader):
 
     def resume(self) -> None:
         """Put the rings back into the perf event array after :meth:`pause`. Idempotent; any thread."""
+        self._check_open()
         with self._pause_lock:
             self._check_open()
             key, value = ffi.new("int *"), ffi.new("int *")
@@ -753,7 +771,7 @@ class OrderedReader(_RecordReader):
                 self._tags = list(range(n))
             self._merge = _libbpf.plb_merge_new(cfg, srcs, n, "plb_merge_new")
             # a safety net only: close() frees the merge, before the rings it points into
-            self._free_merge = weakref.finalize(self, _libbpf.plb_merge_free, self._merge)
+            self._free_merge = _close.finalizer(self, _libbpf.plb_merge_free, self._merge)
             self._nsrc = n
             self._alloc_out(self._BUF_BYTES)
             # Perf fds report each wakeup once: level-triggered. Ring buffer fds are
@@ -854,8 +872,10 @@ class OrderedReader(_RecordReader):
         """The merge's counters and each ring's backlog, now (see :class:`OrderedStats`).
 
         Never waits for a blocked ``read``. After ``close()`` it returns the
-        final counters and the backlog left unread at close.
+        final counters and the backlog left unread at close. ClosedError in a
+        forked child (the parent's rings are not mapped there).
         """
+        self._check_owner()
         with self._merge_lock:
             if self._merge is None:
                 if self._final is not None:

@@ -16,16 +16,17 @@ at a time (a RingBuffer, a layout, or a consumer), never two at once.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from itertools import islice
 from typing import Any
 
-from . import _check, _libbpf
+from . import _check, _close, _libbpf
 from ._ffi import ffi, lib
-from ._reader import Batch, BatchReader, Callback, Closable, Waiter, check_callable, remaining_ms
+from ._reader import Batch, BatchReader, Callback, Closable, OneCaller, Waiter, check_callable, remaining_ms
 from .errors import BPFError
 from .object import Map
 
@@ -91,6 +92,7 @@ class RingBuffer(BatchReader):
         """Read one more ring buffer map through the same poll; its records go to ``callback``."""
         require_map_type(map, lib.BPF_MAP_TYPE_RINGBUF, "RingBuffer.add")
         check_callable(callback, "callback")
+        self._check_open()  # in a forked child: before the lock
         with self._lock:
             self._check_open()
             ctx = ffi.new("struct plb_rb_collect_ctx *", {"batch": self._batch, "ring": len(self._ctxs)})
@@ -249,6 +251,17 @@ def read_view(view: CData, records: RecordBuffer, max_records: int, consume: boo
         records.grow(int(records.used[0]))  # the head record alone is larger than the buffer
 
 
+_ring_turns: weakref.WeakKeyDictionary[Map, OneCaller] = weakref.WeakKeyDictionary()
+
+
+def _ring_turn(map: Map) -> OneCaller:
+    """The turn every reader of the mmap layer takes on ``map``'s ring (one per Map object)."""
+    turn = _ring_turns.get(map)
+    if turn is None:
+        turn = _ring_turns.setdefault(map, OneCaller(f"ring buffer {map.name!r} (mmap layer)"))
+    return turn
+
+
 class RingBufLayout(Closable):
     """A BPF ring buffer map mapped into this process; made by :func:`map_ringbuf`.
 
@@ -264,7 +277,9 @@ class RingBufLayout(Closable):
     ClosedError. The mapping does not depend on the map's fd: it stays valid
     until closed even if the BPF object is closed first. A layout moves the
     ring's consumer position: do not read the same ring through a
-    :class:`RingBuffer` or a consumer at the same time.
+    :class:`RingBuffer` or a consumer at the same time. The mmap layer's
+    functions, from any number of threads and layouts of the same Map, take
+    turns on the ring: each record is read once.
     """
 
     _what = "RingBufLayout"
@@ -277,7 +292,8 @@ class RingBufLayout(Closable):
         self._mapping = ffi.new("struct plb_rb_mapping *")
         _libbpf.plb_rb_map(map.fd, self._data_size, self._mapping, f"plb_rb_map({map.name})")
         # Safety net only: close() is the contract and runs it (a finalizer runs once).
-        self._finalizer = weakref.finalize(self, _libbpf.plb_rb_unmap, self._mapping)
+        self._finalizer = _close.finalizer(self, _libbpf.plb_rb_unmap, self._mapping)
+        self._ring_turn = _ring_turn(map)
         self._view = ffi.addressof(self._mapping[0], "view")
         self._records = RecordBuffer(1024, min(self._data_size, 256 * 1024))
 
@@ -316,8 +332,21 @@ class RingBufLayout(Closable):
         self._check_open()
         return self._view
 
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        """The ring's turn among the mmap layer's readers, then this layout's lock."""
+        self._check_open()
+        self._ring_turn.enter(-1)
+        try:
+            with self._lock:
+                self._check_open()
+                yield
+        finally:
+            self._ring_turn.leave()
+
     def _read_once(self, max_records: int, consume: bool) -> list[bytes]:
         """One ``plb_rb_read`` of up to ``max_records`` committed records (lock held)."""
+        self._check_open()  # closed (at exit too) under a reader that took the lock after close
         return read_view(self._view, self._records, max_records, consume, f"plb_rb_read({self.map.name})")
 
     def _read(self, max_records: int | None, consume: bool) -> list[bytes]:
@@ -375,9 +404,7 @@ def read_ringbuf_events(layout: RingBufLayout, max_events: int | None = None) ->
         raise ValueError(f"max_events must be >= 0 or None, got {max_events}")
     if max_events == 0:
         return []
-    layout._check_open()
-    with layout._lock:
-        layout._check_open()
+    with layout._turn():
         return layout._read(max_events, consume=True)
 
 
@@ -400,9 +427,7 @@ def peek_ringbuf_events(map: Map | RingBufLayout, max_events: int | None = 10,
     else:
         layout, owned = RingBufLayout(map), True
     try:
-        layout._check_open()
-        with layout._lock:
-            layout._check_open()
+        with layout._turn():
             records = [] if max_events == 0 else layout._read(max_events, consume=False)
     finally:
         if owned:
@@ -443,11 +468,12 @@ def process_events(map: Map, callback: Callback, max_events: int | None = None, 
             idle = 0
             while max_events is None or done < max_events:
                 want = 256 if max_events is None else min(256, max_events - done)
-                with layout._lock:
+                with layout._turn():  # held while delivering: another reader would read these again
                     records = layout._read_once(want, consume=False)
+                    if records:
+                        done += _deliver_then_consume(layout, records, callback, deserializer)
                 if records:
                     idle = 0
-                    done += _deliver_then_consume(layout, records, callback, deserializer)
                     continue
                 left = remaining_ms(deadline)
                 if left == 0:
@@ -472,9 +498,8 @@ def _deliver_then_consume(layout: RingBufLayout, records: list[bytes], callback:
             delivered += 1  # a record whose callback raises is consumed too: it was delivered
             callback(deserializer(raw) if deserializer is not None else raw)
     finally:
-        with layout._lock:
-            # The same records, from the same position: nobody else consumes this ring.
-            layout._read_once(delivered, consume=True)
+        # The same records, from the same position: we hold the ring's turn (and its lock).
+        layout._read_once(delivered, consume=True)
     return delivered
 
 
@@ -512,7 +537,7 @@ class UserRingBuffer(Closable):
             self._waiter.close()
             raise
         self._rb: CData = rb
-        self._free = weakref.finalize(self, _libbpf.user_ring_buffer__free, rb)
+        self._free = _close.finalizer(self, _libbpf.user_ring_buffer__free, rb)
 
     @property
     def max_record_size(self) -> int:

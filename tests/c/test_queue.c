@@ -351,6 +351,18 @@ static void t_blocking(void)
 	CHECK(rec_ok(out, 2, 8));
 	CHECK(plb_queue_pop_batch(q, out, sizeof(out), starts, lens, 4, 0, &used) == -EPIPE);
 	plb_queue_destroy(q);
+
+	/* Destroy while a consumer waits inside: refused (-EBUSY), nothing freed;
+	 * once it has left, destroy frees (ASan would see a use after free). */
+	q = plb_queue_create(8, 256, 0, 0);
+	w[0] = (struct waiter){q, -1, 99, 0};
+	CHECK(pthread_create(&th[0], NULL, t_waiter, &w[0]) == 0);
+	usleep(200000); /* the waiter is blocked in pop_batch by now */
+	CHECK(plb_queue_destroy(q) == -EBUSY);
+	plb_queue_close(q);
+	pthread_join(th[0], NULL);
+	CHECK(w[0].rc == -EPIPE);
+	CHECK(plb_queue_destroy(q) == 0);
 }
 
 /* One producer, two consumers (one sleeping to force drops), one thread
