@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import errno
 import logging
+import mmap
 import os
 import socket
 import struct
@@ -298,11 +299,13 @@ def test_perf_event_with_a_period_on_chosen_cpus(obj: BPFObject) -> None:
     try:
         assert len(links) == 1
         set_target(obj, PID)
-        for _ in range(20):
-            bytearray(1 << 20)  # fresh pages: page faults, wherever this process runs
         os.sched_setaffinity(0, {0})
         try:
-            bytearray(8 << 20)
+            # A fresh anonymous mapping, written page by page: one page fault per page on CPU 0.
+            # (A zeroed bytearray may come from calloc'd pages that are never touched.)
+            with mmap.mmap(-1, 8 << 20) as pages:
+                for offset in range(0, len(pages), mmap.PAGESIZE):
+                    pages[offset] = 1
         finally:
             os.sched_setaffinity(0, set(features.online_cpus()))
         assert count(obj, C_OWN_SAMPLES) > 0
