@@ -46,6 +46,7 @@ SOURCES = [
     "csrc/plb_reader.c",
     "csrc/plb_perfring.c",
     "csrc/plb_merge.c",
+    "csrc/plb_merge_runs.c",
     "csrc/plb_perfattr.c",
     "csrc/plb_program.c",
 ]

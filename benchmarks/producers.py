@@ -26,7 +26,7 @@ PRODUCER_OBJ = BUILD / "producer.bpf.o"
 BENCH_C = BUILD / "bench_c"
 MEMCPY_C = BUILD / "memcpy_bw"
 
-MERGE_SOURCES = ("plb_merge", "plb_perfring", "plb_ringbuf")
+MERGE_SOURCES = ("plb_merge", "plb_merge_runs", "plb_perfring", "plb_ringbuf")
 PRODUCE_ARGS = struct.Struct("<4Q")   # count, first_seq, size, flags (struct produce_args)
 BATCH_WAKEUP = 1                      # PRODUCE_BATCH_WAKEUP: one ring-buffer wakeup per trigger
 STREAM_SHIFT = 48

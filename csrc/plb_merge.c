@@ -1,6 +1,7 @@
-/* plb_merge.c - the ordered k-way merge core (see plb_merge.h and
- * shared/ORDERING.md for the rule). */
-#include "plb_merge.h"
+/* plb_merge.c - the ordered k-way merge core: the rule (see plb_merge.h and
+ * docs/ordering.md), the heap of heads and the general path. The fast paths
+ * for runs of plain perf records are in plb_merge_runs.c. */
+#include "plb_merge_internal.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -8,108 +9,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-/* One source: its ring cursor, its head (if any) and what the rule needs. */
-struct plb_msrc {
-	uint32_t kind;
-	struct plb_perfring pr;   /* PLB_SRC_PERF */
-	struct plb_rb_view rb;    /* PLB_SRC_RINGBUF (our copy) */
-	uint64_t rb_pos;          /* ringbuf: local consumer position */
-	uint64_t rb_committed;    /* ringbuf: last released consumer_pos */
-	uint64_t size;            /* ring data size */
-	uint64_t press_thr;       /* fill above this = under pressure */
-
-	/* The head, valid while in_heap: a position in the ring, not a copy. */
-	int in_heap;
-	uint64_t head_ts;
-	uint64_t head_at;         /* perf: ring position of the payload */
-	const uint8_t *head_ptr;  /* the payload, when contiguous in the ring
-				     (always for a ringbuf); NULL: it wraps */
-	uint64_t head_next;       /* ring position just past the record */
-	uint32_t head_len;        /* payload bytes */
-
-	int have_prev;
-	uint64_t prev_ts;         /* ts of the last record taken (inversions) */
-	uint64_t max_ts;          /* largest ts taken: the floor of the frontier */
-};
-
-/* Where a PERF_RECORD_SAMPLE of the configured sample_type keeps what the
- * merge reads, from the start of the record (fixed by the config). */
-struct plb_sample_layout {
-	uint32_t raw_off; /* the u32 raw_size; the raw data follows it */
-	uint64_t min_size; /* raw_off + 4 + ts_need: the least record size holding
-			      a sample with its timestamp */
-	uint64_t ts_at;   /* the u64 timestamp: PERF_SAMPLE_TIME, or ts_offset into
-			     the raw data (64 bits: any u32 offset plus raw_off) */
-	uint64_t ts_need; /* the least raw_size that holds it (0: kernel time) */
-};
-
-struct plb_merge {
-	struct plb_merge_config cfg; /* normalised: clock and permille set */
-	struct plb_sample_layout lay; /* where a perf sample keeps its fields */
-	uint32_t n;
-	struct plb_msrc *src;
-	uint32_t *heap;              /* source indices, keyed by (head_ts, index) */
-	uint32_t nheap;
-	int have_emitted;
-	uint64_t last_emitted;       /* largest ts emitted so far */
-	uint64_t deadline;
-	struct plb_merge_stats st;
-	uint8_t *scratch;            /* consume: a wrapping perf payload, copied */
-};
-
-/* The largest perf payload: raw_size lies within one record, whose size is a
- * u16 (perf_event_header.size). The merge keeps its own buffer of that size,
- * allocated with it, rather than plb_perfring_peek()'s per-ring scratch, which
- * grows on demand: a consume then has no allocation to fail halfway. */
-#define PLB_SCRATCH_SIZE 65536
-
-/* A PERF_RECORD_SAMPLE parsed in place (sample_inplace()). */
-struct plb_sample {
-	const uint8_t *payload; /* the raw data, in the ring */
-	uint64_t at;            /* its ring position */
-	uint64_t next;          /* the ring position past the record */
-	uint64_t ts;
-	uint32_t len;           /* raw_size */
-};
-
-/* Where one drain delivers: the caller's arrays (plb_merge_drain, fn NULL)
- * or its callback (plb_merge_consume). */
-struct plb_drain_ctx {
-	struct plb_merge_out *out; /* drain */
-	plb_merge_event_fn fn;     /* consume */
-	void *fn_ctx;
-	uint32_t max;
-	uint32_t n;
-	uint64_t used;
-	uint64_t cap;
-	int full;      /* stopped for room: more may be emittable now */
-	int nospace;   /* a payload larger than the whole buffer */
-	int stopped;   /* the callback asked to stop */
-};
-
-/* The smallest (frontier, index) over the empty sources: every record they
- * publish later has a key (ts, index) at or above their pair. */
-struct plb_front {
-	uint64_t ts;
-	uint32_t idx;
-};
-
-static void front_min(struct plb_front *f, uint64_t ts, uint32_t idx)
-{
-	if (ts < f->ts || (ts == f->ts && idx < f->idx)) {
-		f->ts = ts;
-		f->idx = idx;
-	}
-}
-
-/* (ts, idx) sorts strictly below the pair f. */
-static inline int key_below(uint64_t ts, uint32_t idx, const struct plb_front *f)
-{
-	return ts < f->ts || (ts == f->ts && idx < f->idx);
-}
-
-#define PLB_ALIGN8(x) (((x) + 7) & ~(uint64_t)7)
 
 static uint64_t clock_ns(clockid_t id)
 {
@@ -245,24 +144,6 @@ static int any_pressured(const struct plb_merge *m)
 	return 0;
 }
 
-/* Copy a payload out of the ring. Records are small: fixed-size pieces the
- * compiler inlines beat a libc call per record (2-4x in the merge's loop). */
-static inline void copy_payload(uint8_t *dst, const uint8_t *src, uint32_t len)
-{
-	if (len > 256) {
-		memcpy(dst, src, len);
-		return;
-	}
-	for (; len >= 8; len -= 8, dst += 8, src += 8)
-		memcpy(dst, src, 8);
-	if (len >= 4) {
-		memcpy(dst, src, 4);
-		len -= 4, dst += 4, src += 4;
-	}
-	while (len--)
-		*dst++ = *src++;
-}
-
 /* Deliver a PERF_RECORD_LOST entry; 0 if the output has no slot left (or
  * the callback has asked to stop). */
 static int out_lost(struct plb_drain_ctx *c, uint32_t i, uint64_t lost)
@@ -288,15 +169,6 @@ static int out_lost(struct plb_drain_ctx *c, uint32_t i, uint64_t lost)
 	o->len[c->n] = 0;
 	c->n++;
 	return 1;
-}
-
-static void note_head(struct plb_merge *m, struct plb_msrc *s, uint64_t ts)
-{
-	s->head_ts = ts;
-	/* The same ring going back in time: an interrupt or a nested program
-	 * wrote out of order on one CPU. The merge cannot fix it, only count it. */
-	if (s->have_prev && ts < s->prev_ts)
-		m->st.inversions++;
 }
 
 /* Parse the PERF_RECORD_SAMPLE at rec into s's head; 0 if malformed. The
@@ -325,93 +197,6 @@ static int perf_sample_head(struct plb_merge *m, struct plb_msrc *s,
 	s->head_next = rec->pos + rec->size;
 	note_head(m, s, ts);
 	return 1;
-}
-
-/* The bytes of pr's ring from position tail that are published (below the
- * head acquire-loaded by plb_perfring_refresh() in this pass: written before
- * the kernel published it, so plain loads read them) and contiguous (up to
- * the end of the mapping, where the record that wraps is for the general
- * path): [*p, *end). 0 if tail is not within a ring's size below the head. */
-static inline __attribute__((always_inline)) int
-ring_span(const struct plb_perfring *pr, uint64_t tail, const uint8_t **p, const uint8_t **end)
-{
-	uint64_t avail = pr->head - tail, off = tail & pr->mask;
-
-	if (avail > pr->size)
-		return 0;
-	*p = pr->data + off;
-	*end = *p + (avail < pr->size - off ? avail : pr->size - off);
-	return 1;
-}
-
-/* The plain case, parsed in place with fixed-size loads: the record at p is
- * a well-formed PERF_RECORD_SAMPLE of the configured layout lying whole
- * before end (a ring_span()'s: all but one record per lap). Sets *ts and
- * *next (past it); 0 for anything else (a wrapping, LOST, other or malformed
- * record), for the general path to handle and count. The checks of
- * plb_perfring_peek_header() and perf_sample_head(), folded: end bounds what
- * is published and contiguous, and min_size covers h.size >= sizeof(h) and a
- * raw_size field inside the record, so one unsigned comparison is left for
- * raw_size (it must hold the timestamp and fit the record; below ts_need the
- * difference wraps to a huge value). The merge's hot path: every run step
- * and every head fill. */
-static inline __attribute__((always_inline)) int
-span_parse(const struct plb_sample_layout *lay, const uint8_t *p, const uint8_t *end,
-	   uint64_t *ts, const uint8_t **next)
-{
-	struct perf_event_header h;
-	uint32_t raw_size;
-
-	if (end - p < (ptrdiff_t)sizeof(h))
-		return 0;
-	memcpy(&h, p, sizeof(h));
-	if (h.type != PERF_RECORD_SAMPLE || (h.size & 7) || h.size < lay->min_size ||
-	    h.size > end - p)
-		return 0;
-	memcpy(&raw_size, p + lay->raw_off, sizeof(raw_size));
-	if ((uint64_t)raw_size - lay->ts_need > h.size - lay->min_size)
-		return 0;
-	memcpy(ts, p + lay->ts_at, sizeof(*ts));
-	*next = p + h.size;
-	return 1;
-}
-
-/* Describe the sample span_parse() accepted at rec, ring position pos. */
-static inline __attribute__((always_inline)) void
-sample_describe(const struct plb_sample_layout *lay, const uint8_t *rec, uint64_t pos,
-		uint64_t ts, const uint8_t *next, struct plb_sample *smp)
-{
-	smp->payload = rec + lay->raw_off + sizeof(smp->len);
-	smp->at = pos + lay->raw_off + sizeof(smp->len);
-	smp->next = pos + (uint64_t)(next - rec);
-	smp->ts = ts;
-	memcpy(&smp->len, rec + lay->raw_off, sizeof(smp->len));
-}
-
-/* The record at ring position tail of pr, parsed in place into *smp: 1 for
- * the plain case (span_parse()), 0 for anything else. */
-static inline __attribute__((always_inline)) int
-sample_inplace(const struct plb_sample_layout *lay, const struct plb_perfring *pr,
-	       uint64_t tail, struct plb_sample *smp)
-{
-	const uint8_t *p, *end, *next;
-	uint64_t ts;
-
-	if (!ring_span(pr, tail, &p, &end) || !span_parse(lay, p, end, &ts, &next))
-		return 0;
-	sample_describe(lay, p, tail, ts, next, smp);
-	return 1;
-}
-
-/* Make a sample parsed in place s's head. */
-static void set_head_inplace(struct plb_merge *m, struct plb_msrc *s,
-			     const struct plb_sample *smp)
-{
-	s->head_at = smp->at;
-	s->head_ptr = smp->payload;
-	s->head_len = smp->len;
-	s->head_next = smp->next;
-	note_head(m, s, smp->ts);
 }
 
 /* Find s's next head, consuming LOST (as output entries) and malformed
@@ -554,12 +339,6 @@ static void take_head(struct plb_msrc *s)
 	s->have_prev = 1;
 }
 
-/* A sample with timestamp ts would be late: below the last emitted one. */
-static inline int below_last(const struct plb_merge *m, uint64_t ts)
-{
-	return m->have_emitted && ts < m->last_emitted;
-}
-
 /* A sample with timestamp ts below the last emitted one. */
 static void note_late(struct plb_merge *m, uint64_t ts)
 {
@@ -650,235 +429,6 @@ emit_head(struct plb_merge *m, uint32_t i, int forced, struct plb_drain_ctx *c,
 	return 1;
 }
 
-/* One perf ring in a run, as a span of the mapping: the records from rec up
- * to end lie published (below the head acquire-loaded in this pass) and
- * contiguous (before the end of the ring), so the run walks them with a
- * pointer and one bounds check per record; the ring position follows from
- * how far rec moved. */
-struct plb_span {
-	const uint8_t *rec;  /* the head's record */
-	const uint8_t *next; /* just past it */
-	const uint8_t *end;  /* published and contiguous up to here */
-	const uint8_t *rec0; /* rec when the run began, at ring position pr.tail */
-	uint64_t ts;         /* the head's timestamp */
-	uint64_t last;       /* that of the last record emitted (if rec moved) */
-	uint64_t lim;        /* the head may be emitted while ts <= lim: its key
-				(ts, idx) then sorts below the run's bound */
-	uint32_t idx;        /* source index */
-};
-
-/* Start a span over source i's ring at its head, for a run bounded by
- * bound. 0 when the fast path does not apply: not a perf ring, a head that
- * is not plain in place, or one that no key below bound can be. */
-static inline __attribute__((always_inline)) int
-span_begin(struct plb_span *x, const struct plb_merge *m, uint32_t i,
-	   const struct plb_front *bound)
-{
-	const struct plb_msrc *s = &m->src[i];
-
-	if (s->kind != PLB_SRC_PERF || (bound->ts == 0 && i >= bound->idx) ||
-	    !ring_span(&s->pr, s->pr.tail, &x->rec, &x->end))
-		return 0;
-	x->rec0 = x->rec;
-	x->last = 0;
-	/* key_below(ts, i, bound), as one comparison per record. */
-	x->lim = bound->ts - (i >= bound->idx);
-	x->idx = i;
-	return span_parse(&m->lay, x->rec, x->end, &x->ts, &x->next);
-}
-
-/* Store what the run took from x's ring (what take_head() records, once)
- * and, when head_valid, its head as the span holds it (else fill_head() is
- * to find it). Returns head_valid. */
-static inline __attribute__((always_inline)) int
-span_end(struct plb_merge *m, const struct plb_span *x, const struct plb_sample_layout *lay,
-	 int head_valid)
-{
-	struct plb_msrc *s = &m->src[x->idx];
-	struct plb_sample smp;
-
-	if (x->rec != x->rec0) { /* it emitted */
-		s->pr.tail += (uint64_t)(x->rec - x->rec0);
-		s->prev_ts = s->max_ts = x->last; /* each ts taken was >= all before */
-		s->have_prev = 1;
-	}
-	if (head_valid) {
-		sample_describe(lay, x->rec, s->pr.tail, x->ts, x->next, &smp);
-		set_head_inplace(m, s, &smp);
-	}
-	return head_valid;
-}
-
-/* A run works on a copy r of the drain context, a local the output stores
- * and the callback cannot alias, so its fields stay in registers; this stores
- * it back, with what emit_head() records in the merge, once for the run. n0:
- * the entries before the run; last: the ts of the last record emitted. */
-static inline __attribute__((always_inline)) void
-run_end(struct plb_merge *m, struct plb_drain_ctx *c, const struct plb_drain_ctx *r, uint32_t n0,
-	uint64_t last)
-{
-	if (r->n != n0) {
-		m->last_emitted = last;
-		m->have_emitted = 1;
-	}
-	m->st.emitted += r->n - n0;
-	*c = *r;
-}
-
-/* The output has room for x's head. */
-static inline __attribute__((always_inline)) int
-run_room(const struct plb_drain_ctx *r, const struct plb_span *x, const struct plb_sample_layout *lay,
-	 const int to_fn)
-{
-	uint32_t len;
-
-	if (to_fn)
-		return r->n < r->max;
-	memcpy(&len, x->rec + lay->raw_off, sizeof(len));
-	return r->n < r->max && PLB_ALIGN8(r->used) + len <= r->cap;
-}
-
-/* One step of a run for side x: emit its head if its key sorts below the
- * run's bound and the output has room -- copied to the output (to_fn 0) or in
- * place to the callback (to_fn 1) -- then parse that ring's next record.
- * Returns 0 to go on; 1: stopped with x's head valid (not below the bound,
- * out of room, or the next record is below the last emitted: late or an
- * inversion, for the general path to flag); 2: stopped with x's head for
- * fill_head() to find (not the plain case, or the callback stopped). */
-static inline __attribute__((always_inline)) int
-span_take(struct plb_span *x, const struct plb_sample_layout *lay, struct plb_drain_ctx *r,
-	  const int to_fn)
-{
-	const uint8_t *payload = x->rec + lay->raw_off + sizeof(uint32_t);
-	uint32_t len;
-	uint64_t ts;
-
-	if (x->ts > x->lim || !run_room(r, x, lay, to_fn))
-		return 1;
-	memcpy(&len, x->rec + lay->raw_off, sizeof(len));
-	if (to_fn) {
-		r->n++;
-		if (r->fn(r->fn_ctx, x->idx, x->ts, 0, payload, len))
-			r->stopped = 1;
-	} else {
-		struct plb_merge_out *o = r->out;
-		uint64_t at = PLB_ALIGN8(r->used);
-
-		if (len)
-			copy_payload(o->buf + at, payload, len);
-		o->ring[r->n] = x->idx;
-		o->ts[r->n] = x->ts;
-		o->flags[r->n] = 0;
-		o->start[r->n] = (uint32_t)at;
-		o->len[r->n] = len;
-		r->n++;
-		r->used = at + len;
-	}
-	x->last = x->ts;
-	x->rec = x->next;
-	if ((to_fn && r->stopped) || !span_parse(lay, x->rec, x->end, &ts, &x->next))
-		return 2;
-	x->ts = ts;
-	return ts < x->last;
-}
-
-/* The merge's hot loop, for a perf source at the top (not forced): emits its
- * head and the records that follow it in the ring for as long as each is the
- * plain case -- a PERF_RECORD_SAMPLE lying whole before the end of the ring,
- * well formed, not below the last emitted timestamp (so neither late nor an
- * inversion), with a key below bound (the next other waiting head or the
- * frontier), and with room in the output. Every record it emits is exactly
- * what emit_head() then fill_head() would emit; it only keeps the cursor, the
- * output position and the counters in registers, and parses each record
- * once. Plain loads: everything read lies below the head acquire-loaded by
- * plb_perfring_refresh() in this pass. to_fn as for emit_head().
- * Returns -1: the head itself is not plain or has no room (nothing done; use
- * emit_head()); 1: stopped with s's head valid; 0: stopped with it for
- * fill_head() to find (or by the callback). */
-static inline __attribute__((always_inline)) int
-perf_run(struct plb_merge *m, uint32_t i, const struct plb_front *bound,
-	 struct plb_drain_ctx *c, const int to_fn)
-{
-	const struct plb_sample_layout lay = m->lay;
-	struct plb_drain_ctx r = *c;
-	struct plb_span a;
-	int ret;
-
-	/* The head must be emittable, else the caller would ask again. */
-	if (!span_begin(&a, m, i, bound) || below_last(m, a.ts) || a.ts > a.lim ||
-	    !run_room(&r, &a, &lay, to_fn))
-		return -1;
-	while (!(ret = span_take(&a, &lay, &r, to_fn)))
-		;
-	ret = span_end(m, &a, &lay, ret == 1);
-	run_end(m, c, &r, c->n, a.last);
-	return ret;
-}
-
-/* The hot loop when records interleave: the top a = heap[0] and the next
- * smallest head b = heap[pb], both perf rings with plain heads. Emits the
- * smaller of the two heads, in key order, while it sorts below bound (the
- * frontier and every other waiting head) and each next record is the plain
- * case -- exactly what the general path would emit, with both cursors in
- * registers and one predictable branch per record instead of a heap step.
- * Then puts the side it stopped at (x, returned in *top) at the root and the
- * other at pb, restoring the heap below pb; the caller settles the root as
- * after perf_run(). Returns -1: not applicable (nothing done); 1: x's head
- * is valid; 0: x's head is for fill_head() to find. */
-static inline __attribute__((always_inline)) int
-perf_pair(struct plb_merge *m, uint32_t pb, const struct plb_front *bound,
-	  struct plb_drain_ctx *c, uint32_t *top, const int to_fn)
-{
-	const struct plb_sample_layout lay = m->lay;
-	struct plb_drain_ctx r = *c;
-	struct plb_span a, b, t;
-	int ret, x_a;
-
-	if (!span_begin(&a, m, m->heap[0], bound) || !span_begin(&b, m, m->heap[pb], bound) ||
-	    below_last(m, a.ts) || below_last(m, b.ts) || a.ts > a.lim ||
-	    !run_room(&r, &a, &lay, to_fn))
-		return -1;
-	/* Name the sides by index, a the lower, so the tie rule is one
-	 * comparison per record: at equal timestamps a comes first. */
-	if (a.idx > b.idx) {
-		t = a;
-		a = b;
-		b = t;
-	}
-	/* The first step emits the top's head: it sorts below the other. */
-	do {
-		/* Two calls, not one through a selected pointer: each side's
-		 * state then stays in its own registers and the branch is
-		 * predicted, where a select would chain every record's loads
-		 * to the previous comparison (about 4x slower interleaved). */
-		if (a.ts <= b.ts) {
-			x_a = 1;
-			ret = span_take(&a, &lay, &r, to_fn);
-		} else {
-			x_a = 0;
-			ret = span_take(&b, &lay, &r, to_fn);
-		}
-	} while (!ret);
-	{
-		struct plb_span *x = x_a ? &a : &b, *y = x_a ? &b : &a;
-		uint64_t last = 0;
-
-		/* Emission is in key order: the last emitted holds the largest ts. */
-		if (x->rec != x->rec0)
-			last = x->last;
-		if (y->rec != y->rec0 && y->last > last)
-			last = y->last;
-		run_end(m, c, &r, c->n, last);
-		/* The other side's head is whole (parsed, not yet emitted). */
-		span_end(m, y, &lay, 1);
-		m->heap[0] = x->idx;
-		m->heap[pb] = y->idx;
-		heap_sift_down(m, pb); /* that key may have grown past its children's */
-		*top = x->idx;
-		return span_end(m, x, &lay, ret == 1);
-	}
-}
-
 static void commit_all(struct plb_merge *m)
 {
 	uint32_t i;
@@ -917,6 +467,162 @@ static uint64_t top_deadline(const struct plb_merge *m)
 	return ts + m->cfg.window_ns + extra;
 }
 
+/* One pass's look at the rings: refresh each perf ring's head, give each
+ * source without a head its next one (into the heap), and fold the frontier
+ * of each source that has none into front. clk: the clock read for this
+ * pass, before any producer position is re-checked in it (an earlier reading
+ * only makes a frontier smaller, never wrong). 0, or -1 when a LOST record
+ * found no output slot. */
+static inline __attribute__((always_inline)) int
+pass_fill(struct plb_merge *m, struct plb_drain_ctx *c, struct plb_front *front, uint64_t clk)
+{
+	uint32_t i;
+
+	for (i = 0; i < m->n; i++) {
+		struct plb_msrc *s = &m->src[i];
+		int r;
+
+		if (s->kind == PLB_SRC_PERF)
+			plb_perfring_refresh(&s->pr); /* acquire data_head */
+		if (s->in_heap)
+			continue;
+		r = fill_head(m, i, c);
+		if (r < 0)
+			return -1;
+		if (r > 0) {
+			s->in_heap = 1;
+			heap_push(m, i);
+		} else {
+			front_min(front, empty_frontier(m, s, clk), i);
+		}
+	}
+	return 0;
+}
+
+/* May the heap top go? Its key (ts, i) must sort below every empty
+ * source's (frontier, index): ties go to the lower index, so an empty source
+ * with a lower index and frontier == ts may still publish something that
+ * comes first. 0: wait. 1: go, with *bound what the emitted records must
+ * stay below and *forced set when only the pressure valve lets it go. */
+static int top_may_go(const struct plb_merge *m, const struct plb_front *front, int all,
+		      struct plb_front *bound, int *forced)
+{
+	uint32_t i = m->heap[0];
+
+	bound->ts = UINT64_MAX;
+	bound->idx = UINT32_MAX;
+	*forced = 0;
+	if (all)
+		return 1;
+	if (key_below(m->src[i].head_ts, i, front)) {
+		*bound = *front;
+		return 1;
+	}
+	/* Some empty source may still publish something that sorts first:
+	 * wait -- unless a ring is filling up. */
+	if (!any_pressured(m))
+		return 0;
+	*forced = 1;
+	return 1;
+}
+
+/* The heap position of the next smallest head after the top: 1 or 2. */
+static inline uint32_t heap_second(const struct plb_merge *m)
+{
+	return m->nheap > 2 && head_less(m, m->heap[2], m->heap[1]) ? 2 : 1;
+}
+
+/* Records interleaving across two rings: the top and the next smallest head
+ * (heap[pb]), bounded by bound and every other head -- by the heap's order,
+ * the other child of the root and pb's children. 0: not applicable, nothing
+ * done. 1: done; *top is the source left at the root and *r fill_head()'s
+ * result for it. */
+static inline __attribute__((always_inline)) int
+emit_pair(struct plb_merge *m, struct plb_drain_ctx *c, const struct plb_front *bound,
+	  uint32_t pb, uint32_t *top, int *r, const int to_fn)
+{
+	struct plb_front b = *bound;
+	uint32_t k, side[2];
+	int ret;
+
+	if (3 - pb < m->nheap)
+		front_min(&b, m->src[m->heap[3 - pb]].head_ts, m->heap[3 - pb]);
+	for (k = 2 * pb + 1; k <= 2 * pb + 2 && k < m->nheap; k++)
+		front_min(&b, m->src[m->heap[k]].head_ts, m->heap[k]);
+	ret = plb_merge_pair(m, pb, &b, c, side, to_fn);
+	if (ret < 0)
+		return 0;
+	m->heap[0] = side[0];
+	m->heap[pb] = side[1];
+	heap_sift_down(m, pb); /* that key may have grown past its children's */
+	*top = side[0];
+	*r = ret ? ret : fill_head(m, side[0], c);
+	return 1;
+}
+
+/* emit_top(): the output has no room. */
+#define PLB_TOP_FULL (-2)
+
+/* Emit from the heap top what the rule allows in one go: a pair of
+ * interleaving rings, or a run of the top's ring -- while its next head still
+ * sorts below every other waiting head (and, unless forced, the frontier), it
+ * is the next top: emitted without touching the heap. A forced emission takes
+ * one record, then the rule is asked again. Returns fill_head()'s result for
+ * the source left at the top (*top), or PLB_TOP_FULL: the output has no room
+ * (the top unchanged). */
+static inline __attribute__((always_inline)) int
+emit_top(struct plb_merge *m, struct plb_drain_ctx *c, struct plb_front bound, int forced,
+	 uint32_t *top, const int to_fn)
+{
+	uint32_t i = m->heap[0], pb = heap_second(m);
+	int r;
+
+	if (!forced && m->nheap > 1 && emit_pair(m, c, &bound, pb, top, &r, to_fn))
+		return r;
+	if (m->nheap > 1)
+		front_min(&bound, m->src[m->heap[pb]].head_ts, m->heap[pb]);
+	*top = i;
+	do {
+		r = forced ? -1 : plb_merge_run(m, i, &bound, c, to_fn);
+		if (r < 0) { /* the general path: one record */
+			if (emit_head(m, i, forced, c, to_fn) < 0)
+				return PLB_TOP_FULL;
+			r = 0;
+		}
+		/* Next head of the same ring, from the head loaded in this pass
+		 * (a ring buffer: loaded again now), unless the run left it. */
+		if (r == 0)
+			r = fill_head(m, i, c);
+	} while (r > 0 && !forced && !(to_fn && c->stopped) &&
+		 key_below(m->src[i].head_ts, i, &bound));
+	return r;
+}
+
+/* Put the source i left at the heap top back in order: with its next head
+ * (r > 0, fill_head()'s result), or out of the heap with its frontier folded
+ * into front. Returns r. */
+static int settle_top(struct plb_merge *m, uint32_t i, int r, struct plb_front *front,
+		      uint64_t clk)
+{
+	struct plb_msrc *s = &m->src[i];
+
+	if (r > 0) {
+		heap_sift_down(m, 0);
+		return r;
+	}
+	heap_pop(m);
+	s->in_heap = 0;
+	if (r == 0)
+		front_min(front, empty_frontier(m, s, clk), i);
+	return r;
+}
+
+/* Records consumed from the rings so far: emitted, dropped late, skipped. */
+static uint64_t taken_count(const struct plb_merge *m)
+{
+	return m->st.emitted + m->st.dropped_late + m->st.malformed;
+}
+
 /* The passes of one drain or consume (to_fn as for emit_head()): emit what
  * the rule allows until the output is full, the callback stops, or a pass
  * moves nothing. Returns 1 when the idle-pass limit cut it short. */
@@ -926,121 +632,28 @@ drain_passes(struct plb_merge *m, struct plb_drain_ctx *c, int all, const int to
 	int idle_passes = 0;
 
 	for (;;) {
-		struct plb_front front = { UINT64_MAX, UINT32_MAX };
-		uint64_t clk;
-		uint32_t n_before = c->n, i;
-		uint64_t taken_before = m->st.emitted + m->st.dropped_late +
-					m->st.malformed;
-		int stop = 0;
+		struct plb_front front = { UINT64_MAX, UINT32_MAX }, bound;
+		uint32_t n_before = c->n, top;
+		uint64_t taken_before = taken_count(m);
+		/* Read once per pass, before pass_fill() re-checks the rings. */
+		uint64_t clk = m->cfg.clock(m->cfg.clock_ctx);
+		int forced, r = pass_fill(m, c, &front, clk);
 
-		/* The clock is read once per pass, before any producer position
-		 * is re-checked in it: an earlier reading only makes each empty
-		 * source's frontier smaller, never wrong. */
-		clk = m->cfg.clock(m->cfg.clock_ctx);
-		for (i = 0; i < m->n && !stop; i++) {
-			struct plb_msrc *s = &m->src[i];
-
-			if (s->kind == PLB_SRC_PERF)
-				plb_perfring_refresh(&s->pr); /* acquire data_head */
-			if (!s->in_heap) {
-				int r = fill_head(m, i, c);
-
-				if (r > 0) {
-					s->in_heap = 1;
-					heap_push(m, i);
-				} else if (r < 0) {
-					stop = 1;
-				} else {
-					front_min(&front, empty_frontier(m, s, clk), i);
-				}
-			}
-		}
-		while (!stop && m->nheap) {
-			uint32_t i = m->heap[0];
-			struct plb_msrc *s = &m->src[i];
-			struct plb_front bound = { UINT64_MAX, UINT32_MAX };
-			uint32_t pb; /* the heap position of the next smallest head */
-			int forced = 0, r;
-
-			/* The top's key (ts, i) must be below every empty
-			 * source's (frontier, index): ties go to the lower index,
-			 * so an empty source with a lower index and frontier ==
-			 * ts may still publish something that comes first. */
-			if (!all) {
-				if (!key_below(s->head_ts, i, &front)) {
-					/* Some empty source may still publish
-					 * something that sorts first. Wait -- unless
-					 * a ring is filling up. */
-					if (!any_pressured(m))
-						break;
-					forced = 1;
-				} else {
-					bound = front;
-				}
-			}
-			/* Records interleaving across two rings: the top and
-			 * the next smallest head (pb), bounded by the frontier
-			 * and every other head -- by the heap's order, the other
-			 * child of the root and pb's children. */
-			pb = m->nheap > 2 && head_less(m, m->heap[2], m->heap[1]) ? 2 : 1;
-			if (!forced && m->nheap > 1) {
-				struct plb_front b3 = bound;
-				uint32_t k;
-
-				if (3 - pb < m->nheap)
-					front_min(&b3, m->src[m->heap[3 - pb]].head_ts, m->heap[3 - pb]);
-				for (k = 2 * pb + 1; k <= 2 * pb + 2 && k < m->nheap; k++)
-					front_min(&b3, m->src[m->heap[k]].head_ts, m->heap[k]);
-				r = perf_pair(m, pb, &b3, c, &i, to_fn);
-				if (r >= 0) {
-					s = &m->src[i];
-					if (r == 0)
-						r = fill_head(m, i, c);
-					goto settle;
-				}
-			}
-			/* A run: while the top's ring's next head still sorts
-			 * below every other waiting head (and, unless forced, the
-			 * frontier), it is the next top: emit it without touching
-			 * the heap. A forced emission takes one record, then the
-			 * rule is asked again. */
-			if (m->nheap > 1)
-				front_min(&bound, m->src[m->heap[pb]].head_ts, m->heap[pb]);
-			do {
-				if (!forced && (r = perf_run(m, i, &bound, c, to_fn)) >= 0) {
-					if (r == 0)
-						r = fill_head(m, i, c);
-					continue; /* to the loop's test */
-				}
-				if (emit_head(m, i, forced, c, to_fn) < 0)
-					return 0; /* out of room; the top is unchanged */
-				/* Next head of the same ring, from the head
-				 * loaded in this pass (a ring buffer: loaded
-				 * again now). */
-				r = fill_head(m, i, c);
-			} while (r > 0 && !forced && !(to_fn && c->stopped) &&
-				 key_below(s->head_ts, i, &bound));
-settle:
-			if (r > 0) {
-				heap_sift_down(m, 0);
-			} else {
-				heap_pop(m);
-				s->in_heap = 0;
-				if (r < 0)
-					stop = 1;
-				else
-					front_min(&front, empty_frontier(m, s, clk), i);
-			}
+		while (r >= 0 && m->nheap && top_may_go(m, &front, all, &bound, &forced)) {
+			r = emit_top(m, c, bound, forced, &top, to_fn);
+			if (r == PLB_TOP_FULL)
+				return 0; /* the top unchanged */
+			r = settle_top(m, top, r, &front, clk);
 			if (to_fn && c->stopped)
 				return 0;
 		}
-		if (c->full || stop)
+		if (c->full || r < 0)
 			return 0;
 		if (c->n != n_before) {
 			idle_passes = 0;
 			continue;
 		}
-		if (m->st.emitted + m->st.dropped_late + m->st.malformed == taken_before)
+		if (taken_count(m) == taken_before)
 			return 0; /* nothing moved: the rule holds everything back */
 		if (++idle_passes >= PLB_IDLE_PASSES)
 			return 1;
@@ -1157,45 +770,93 @@ static int valid_rb_view(const struct plb_rb_view *v)
 	       ((v->mask + 1) & v->mask) == 0 && v->mask + 1 != 0;
 }
 
-struct plb_merge *plb_merge_new(const struct plb_merge_config *cfg,
-				const struct plb_merge_source *srcs, uint32_t n)
+/* The config and sources plb_merge_new() accepts; the sample_type to use
+ * (0 means PERF_SAMPLE_RAW) in *st. */
+static int config_valid(const struct plb_merge_config *cfg, const struct plb_merge_source *srcs,
+			uint32_t n, uint64_t *st)
 {
-	struct plb_merge *m;
-	uint64_t st;
-	uint32_t i, permille;
+	uint32_t i;
 
 	if (!cfg || !srcs || !n ||
 	    (cfg->ts_mode != PLB_TS_KERNEL && cfg->ts_mode != PLB_TS_OFFSET) ||
-	    (cfg->late_policy != PLB_LATE_DELIVER && cfg->late_policy != PLB_LATE_DROP)) {
-		errno = EINVAL;
-		return NULL;
-	}
-	st = cfg->sample_type ? cfg->sample_type : PERF_SAMPLE_RAW;
+	    (cfg->late_policy != PLB_LATE_DELIVER && cfg->late_policy != PLB_LATE_DROP))
+		return 0;
+	*st = cfg->sample_type ? cfg->sample_type : PERF_SAMPLE_RAW;
 	/* Only layouts with fixed 8-byte fields before RAW can be walked. */
-	if (!(st & PERF_SAMPLE_RAW) || (st & ~(uint64_t)(PLB_MERGE_SAMPLE_FIXED | PERF_SAMPLE_RAW)) ||
-	    (cfg->ts_mode == PLB_TS_KERNEL && !(st & PERF_SAMPLE_TIME))) {
-		errno = EINVAL;
-		return NULL;
-	}
+	if (!(*st & PERF_SAMPLE_RAW) ||
+	    (*st & ~(uint64_t)(PLB_MERGE_SAMPLE_FIXED | PERF_SAMPLE_RAW)) ||
+	    (cfg->ts_mode == PLB_TS_KERNEL && !(*st & PERF_SAMPLE_TIME)))
+		return 0;
 	for (i = 0; i < n; i++) {
 		const struct plb_merge_source *s = &srcs[i];
 
 		if (s->kind == PLB_SRC_PERF) {
 			if (!s->page || !s->data || !s->data_size ||
 			    (s->data_size & (s->data_size - 1)))
-				break;
+				return 0;
 		} else if (s->kind == PLB_SRC_RINGBUF) {
 			if (cfg->ts_mode == PLB_TS_KERNEL || !valid_rb_view(s->rb))
-				break;
+				return 0;
 		} else {
-			break;
+			return 0;
 		}
 	}
-	if (i < n) {
+	return 1;
+}
+
+/* Where a PERF_RECORD_SAMPLE of sample_type st keeps the raw size and the
+ * timestamp: the header, then the fixed fields in perf_event.h's order
+ * (IDENTIFIER, IP, TID, TIME, ...), then u32 raw size and the raw data. */
+static void sample_layout(struct plb_sample_layout *lay, const struct plb_merge_config *cfg,
+			  uint64_t st)
+{
+	lay->raw_off = sizeof(struct perf_event_header) +
+		       8 * (uint32_t)__builtin_popcountll(st & PLB_MERGE_SAMPLE_FIXED);
+	if (cfg->ts_mode == PLB_TS_KERNEL) {
+		lay->ts_at = sizeof(struct perf_event_header) +
+			     8 * (uint32_t)__builtin_popcountll(
+					 st & (PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP |
+					       PERF_SAMPLE_TID));
+		lay->ts_need = 0;
+	} else {
+		lay->ts_at = (uint64_t)lay->raw_off + sizeof(uint32_t) + cfg->ts_offset;
+		lay->ts_need = (uint64_t)cfg->ts_offset + sizeof(uint64_t);
+	}
+	lay->min_size = (uint64_t)lay->raw_off + sizeof(uint32_t) + lay->ts_need;
+}
+
+/* Bind s to the ring src describes, at its current consumer position. */
+static int source_init(struct plb_msrc *s, const struct plb_merge_source *src, uint32_t permille)
+{
+	s->kind = src->kind;
+	if (s->kind == PLB_SRC_PERF) {
+		if (plb_perfring_init(&s->pr, src->page, src->data, src->data_size))
+			return -EINVAL;
+		s->size = src->data_size;
+	} else {
+		s->rb = *src->rb;
+		/* consumer_pos is written only by us: a relaxed load. */
+		s->rb_pos = __atomic_load_n(s->rb.consumer_pos, __ATOMIC_RELAXED);
+		s->rb_committed = s->rb_pos;
+		s->size = s->rb.mask + 1;
+	}
+	s->press_thr = permille >= 1000
+			       ? UINT64_MAX
+			       : (uint64_t)((unsigned __int128)s->size * permille / 1000);
+	return 0;
+}
+
+struct plb_merge *plb_merge_new(const struct plb_merge_config *cfg,
+				const struct plb_merge_source *srcs, uint32_t n)
+{
+	struct plb_merge *m;
+	uint64_t st;
+	uint32_t i;
+
+	if (!config_valid(cfg, srcs, n, &st)) {
 		errno = EINVAL;
 		return NULL;
 	}
-
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		goto nomem;
@@ -1210,49 +871,17 @@ struct plb_merge *plb_merge_new(const struct plb_merge_config *cfg,
 		m->cfg.clock = plb_clock_monotonic;
 		m->cfg.clock_ctx = NULL;
 	}
-	permille = cfg->pressure_permille ? cfg->pressure_permille
-					  : PLB_MERGE_DEFAULT_PRESSURE_PERMILLE;
-	m->cfg.pressure_permille = permille;
-	/* PERF_RECORD_SAMPLE: header, then the fixed fields in perf_event.h's
-	 * order (IDENTIFIER, IP, TID, TIME, ...), then u32 raw size. */
-	m->lay.raw_off = sizeof(struct perf_event_header) +
-			 8 * (uint32_t)__builtin_popcountll(st & PLB_MERGE_SAMPLE_FIXED);
-	if (cfg->ts_mode == PLB_TS_KERNEL) {
-		m->lay.ts_at = sizeof(struct perf_event_header) +
-			       8 * (uint32_t)__builtin_popcountll(
-					   st & (PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP |
-						 PERF_SAMPLE_TID));
-		m->lay.ts_need = 0;
-	} else {
-		m->lay.ts_at = (uint64_t)m->lay.raw_off + sizeof(uint32_t) + cfg->ts_offset;
-		m->lay.ts_need = (uint64_t)cfg->ts_offset + sizeof(uint64_t);
-	}
-	m->lay.min_size = (uint64_t)m->lay.raw_off + sizeof(uint32_t) + m->lay.ts_need;
+	if (!m->cfg.pressure_permille)
+		m->cfg.pressure_permille = PLB_MERGE_DEFAULT_PRESSURE_PERMILLE;
+	sample_layout(&m->lay, cfg, st);
 	m->n = n;
 	m->deadline = PLB_MERGE_NO_DEADLINE;
-
 	for (i = 0; i < n; i++) {
-		struct plb_msrc *s = &m->src[i];
-
-		s->kind = srcs[i].kind;
-		if (s->kind == PLB_SRC_PERF) {
-			if (plb_perfring_init(&s->pr, srcs[i].page, srcs[i].data,
-					      srcs[i].data_size)) {
-				plb_merge_free(m);
-				errno = EINVAL;
-				return NULL;
-			}
-			s->size = srcs[i].data_size;
-		} else {
-			s->rb = *srcs[i].rb;
-			/* consumer_pos is written only by us: a relaxed load. */
-			s->rb_pos = __atomic_load_n(s->rb.consumer_pos, __ATOMIC_RELAXED);
-			s->rb_committed = s->rb_pos;
-			s->size = s->rb.mask + 1;
+		if (source_init(&m->src[i], &srcs[i], m->cfg.pressure_permille)) {
+			plb_merge_free(m);
+			errno = EINVAL;
+			return NULL;
 		}
-		s->press_thr = permille >= 1000
-				       ? UINT64_MAX
-				       : (uint64_t)((unsigned __int128)s->size * permille / 1000);
 	}
 	return m;
 

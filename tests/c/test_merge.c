@@ -10,6 +10,7 @@
 #include "../../csrc/plb_perfring.c"
 #include "../../csrc/plb_ringbuf.c"
 #include "../../csrc/plb_merge.c"
+#include "../../csrc/plb_merge_runs.c"
 
 #include <pthread.h>
 #include <sched.h>

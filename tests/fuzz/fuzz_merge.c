@@ -44,6 +44,7 @@
 #include "plb_perfring.c"
 #include "plb_ringbuf.c"
 #include "plb_merge.c"
+#include "plb_merge_runs.c"
 #include "fuzz_common.h"
 
 #include <errno.h>
