@@ -7,6 +7,9 @@
  * Every test runs through plb_merge_drain and again through plb_merge_consume;
  * test_consume covers what only a callback has (payloads in place, stopping).
  * Unity build: includes the code under test. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memfd_create, for synth.h */
+#endif
 #include "../../csrc/plb_perfring.c"
 #include "../../csrc/plb_ringbuf.c"
 #include "../../csrc/plb_merge.c"
@@ -18,126 +21,7 @@
 #include <stdlib.h>
 
 #include "check.h"
-
-/* ---- a kernel-like perf ring producer ---- */
-
-struct fake_ring {
-	struct perf_event_mmap_page *page;
-	uint8_t *data;
-	uint64_t size;
-	uint64_t head;     /* private, published by fr_publish */
-	uint64_t sample_type;
-	uint64_t lost_pending;
-};
-
-static void fr_init(struct fake_ring *f, uint64_t size, uint64_t start)
-{
-	memset(f, 0, sizeof(*f));
-	f->page = calloc(1, sizeof(*f->page));
-	f->data = malloc(size);
-	CHECK(f->page && f->data);
-	memset(f->data, 0xAA, size);
-	f->size = size;
-	f->page->data_size = size;
-	f->page->data_head = start;
-	f->page->data_tail = start;
-	f->head = start;
-	f->sample_type = PERF_SAMPLE_RAW;
-}
-
-static void fr_free(struct fake_ring *f)
-{
-	free(f->page);
-	free(f->data);
-}
-
-static uint64_t fr_space(const struct fake_ring *f)
-{
-	return f->size - (f->head - __atomic_load_n(&f->page->data_tail, __ATOMIC_ACQUIRE));
-}
-
-static void fr_put(struct fake_ring *f, uint64_t pos, const void *src, uint64_t len)
-{
-	uint64_t off = pos & (f->size - 1), first = f->size - off;
-
-	if (first > len)
-		first = len;
-	memcpy(f->data + off, src, first);
-	memcpy(f->data, (const uint8_t *)src + first, len - first);
-}
-
-static void fr_publish(struct fake_ring *f)
-{
-	__atomic_store_n(&f->page->data_head, f->head, __ATOMIC_RELEASE);
-}
-
-/* Raw bytes of a record, header size field as given (may lie). */
-static int fr_raw(struct fake_ring *f, uint32_t type, uint16_t hsize,
-		  const void *body, uint32_t body_len)
-{
-	struct perf_event_header h = { .type = type, .size = hsize };
-	uint64_t total = (sizeof(h) + body_len + 7) & ~7ull;
-	static const uint8_t zero[8];
-
-	if (fr_space(f) < total)
-		return 0;
-	fr_put(f, f->head, &h, sizeof(h));
-	fr_put(f, f->head + sizeof(h), body, body_len);
-	fr_put(f, f->head + sizeof(h) + body_len, zero, total - sizeof(h) - body_len);
-	f->head += total;
-	return 1;
-}
-
-/* A PERF_RECORD_SAMPLE as perf_output_sample() lays it out for f's
- * sample_type: the fixed 8-byte fields (TIME = ktime), u32 raw size, raw data
- * padded so the record is 8-aligned. raw_size_delta corrupts the raw size. */
-static int fr_sample_x(struct fake_ring *f, uint64_t ktime, const void *raw,
-		       uint32_t len, int32_t raw_size_delta)
-{
-	uint8_t body[70000];
-	uint32_t off = 0, raw_size, total;
-	uint64_t bit;
-
-	static const uint64_t order[] = { PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP,
-					  PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
-					  PERF_SAMPLE_ADDR, PERF_SAMPLE_ID,
-					  PERF_SAMPLE_STREAM_ID, PERF_SAMPLE_CPU,
-					  PERF_SAMPLE_PERIOD };
-	size_t k;
-
-	for (k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
-		bit = order[k];
-		if (!(f->sample_type & bit))
-			continue;
-		if (bit == PERF_SAMPLE_TIME)
-			memcpy(body + off, &ktime, 8);
-		else
-			memset(body + off, 0x30 + (int)k, 8);
-		off += 8;
-	}
-	total = (8 + off + 4 + len + 7) & ~7u;
-	raw_size = total - 8 - off - 4;
-	{
-		uint32_t claimed = raw_size + (uint32_t)raw_size_delta;
-
-		memcpy(body + off, &claimed, 4);
-	}
-	memcpy(body + off + 4, raw, len);
-	memset(body + off + 4 + len, 0, raw_size - len);
-	return fr_raw(f, PERF_RECORD_SAMPLE, (uint16_t)total, body, total - 8);
-}
-
-static int fr_sample(struct fake_ring *f, uint64_t ktime, const void *raw, uint32_t len)
-{
-	return fr_sample_x(f, ktime, raw, len, 0);
-}
-
-static int fr_lost(struct fake_ring *f, uint64_t lost)
-{
-	uint64_t body[2] = { 7, lost };
-
-	return fr_raw(f, PERF_RECORD_LOST, 24, body, sizeof(body));
-}
+#include "synth.h"
 
 /* ---- events: [ts_off bytes of 0x5A][u64 ts][u32 seq][u32 ring][extra] ---- */
 
@@ -750,11 +634,11 @@ static void test_malformed(void)
 
 	/* Skippable: an unknown type, a raw size beyond the record, a raw
 	 * sample too short for the timestamp, a LOST record too short. */
-	CHECK(fr_raw(&r[0], 99, 16, junk, 8));
+	CHECK(fr_record(&r[0], 99, 16, junk, 8));
 	len = ev_make(p, 0, 10, 0, 0, 0);
 	CHECK(fr_sample_x(&r[0], 0, p, len, 8));
 	CHECK(fr_sample(&r[0], 0, p, 2)); /* raw_size 4 < 8 */
-	CHECK(fr_raw(&r[0], PERF_RECORD_LOST, 16, junk, 8));
+	CHECK(fr_record(&r[0], PERF_RECORD_LOST, 16, junk, 8));
 	CHECK(fr_sample(&r[0], 0, p, len));
 	fr_publish(&r[0]);
 	CHECK(drain(m, c, 64, 0) == 1);
@@ -768,7 +652,7 @@ static void test_malformed(void)
 		size_t k;
 
 		for (k = 0; k < 3; k++) {
-			CHECK(fr_raw(&r[0], PERF_RECORD_SAMPLE, bad[k], junk, 24));
+			CHECK(fr_record(&r[0], PERF_RECORD_SAMPLE, bad[k], junk, 24));
 			put_ev(&r[0], 20 + k, 1, 0); /* lost with the resync */
 			CHECK(drain(m, c, 64, 0) == 0);
 			CHECK(r[0].page->data_tail == r[0].head);
@@ -821,19 +705,19 @@ static void test_malformed_in_run(void)
 				CHECK(fr_sample(&r[0], 0, p, 2));
 				break;
 			case REC_SHORT: /* 16 bytes: shorter than a sample with its ts */
-				CHECK(fr_raw(&r[0], PERF_RECORD_SAMPLE, 16, small, sizeof(small)));
+				CHECK(fr_record(&r[0], PERF_RECORD_SAMPLE, 16, small, sizeof(small)));
 				break;
 			case UNKNOWN: /* a sample but for its type */
-				CHECK(fr_raw(&r[0], 99, 48, body, 40));
+				CHECK(fr_record(&r[0], 99, 48, body, 40));
 				break;
 			case LOST:
 				CHECK(fr_lost(&r[0], 3));
 				break;
 			case UNALIGNED: /* a sample but for a size not a multiple of 8 */
-				CHECK(fr_raw(&r[0], PERF_RECORD_SAMPLE, 44, body, 36));
+				CHECK(fr_record(&r[0], PERF_RECORD_SAMPLE, 44, body, 36));
 				break;
 			case BEYOND: /* past the published head */
-				CHECK(fr_raw(&r[0], PERF_RECORD_SAMPLE, 512, junk, 8));
+				CHECK(fr_record(&r[0], PERF_RECORD_SAMPLE, 512, junk, 8));
 				break;
 			}
 			len = ev_make(p, 0, 30, 2, 0, 0);
@@ -1033,7 +917,7 @@ static void test_wrap_every_offset(void)
 }
 
 /* Runs: the drain emits a ring's records without heap operations while its
- * next head still sorts first (plb_merge.c, perf_run). Every way a run can
+ * next head still sorts first (plb_merge_runs.c, perf_run). Every way a run can
  * end -- a tie with a higher-indexed ring, the other ring's head, a record
  * below the last emitted (late), a record wrapping the end of the ring, the
  * output's record or byte limit -- must give what the heap alone would:

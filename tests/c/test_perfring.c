@@ -1,8 +1,11 @@
 /* test_perfring.c - the perf ring cursor over synthetic rings in ordinary
- * memory: a producer that writes records like the kernel (8-aligned sizes,
- * release store of data_head, acquire load of data_tail), wrap-around at every
- * position, corrupt sizes, batched commits and a threaded producer/consumer.
+ * memory: a producer (tests/c/synth.h) that writes records like the kernel
+ * (8-aligned sizes, release store of data_head, acquire load of data_tail),
+ * wrap-around at every position, corrupt sizes, batched commits and a threaded producer/consumer.
  * Unity build: includes the code under test. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memfd_create, for synth.h */
+#endif
 #include "../../csrc/plb_perfring.c"
 
 #include <pthread.h>
@@ -11,73 +14,7 @@
 #include <stdlib.h>
 
 #include "check.h"
-
-/* ---- a kernel-like producer over ordinary memory ---- */
-
-struct fake_ring {
-	struct perf_event_mmap_page *page;
-	uint8_t *data;
-	uint64_t size;
-	uint64_t head; /* producer's private head, published by fr_publish */
-};
-
-static void fr_init(struct fake_ring *f, uint64_t size, uint64_t start)
-{
-	f->page = calloc(1, sizeof(*f->page));
-	f->data = malloc(size);
-	CHECK(f->page && f->data);
-	memset(f->data, 0xAA, size);
-	f->size = size;
-	f->page->data_size = size;
-	f->page->data_head = start;
-	f->page->data_tail = start;
-	f->head = start;
-}
-
-static void fr_free(struct fake_ring *f)
-{
-	free(f->page);
-	free(f->data);
-}
-
-static uint64_t fr_space(const struct fake_ring *f)
-{
-	/* The kernel reads data_tail before writing (perf_output_begin). */
-	return f->size - (f->head - __atomic_load_n(&f->page->data_tail, __ATOMIC_ACQUIRE));
-}
-
-static void fr_put(struct fake_ring *f, uint64_t pos, const void *src, uint64_t len)
-{
-	uint64_t off = pos & (f->size - 1), first = f->size - off;
-
-	if (first > len)
-		first = len;
-	memcpy(f->data + off, src, first);
-	memcpy(f->data, (const uint8_t *)src + first, len - first);
-}
-
-/* Append one record {header, body, zero pad to 8}; 0 if it does not fit. */
-static int fr_write(struct fake_ring *f, uint32_t type, uint16_t hsize,
-		    const void *body, uint32_t body_len)
-{
-	struct perf_event_header h = { .type = type, .misc = 0, .size = hsize };
-	uint64_t total = (sizeof(h) + body_len + 7) & ~7ull;
-	static const uint8_t zero[8];
-
-	if (fr_space(f) < total)
-		return 0;
-	fr_put(f, f->head, &h, sizeof(h));
-	fr_put(f, f->head + sizeof(h), body, body_len);
-	fr_put(f, f->head + sizeof(h) + body_len, zero, total - sizeof(h) - body_len);
-	f->head += total;
-	return 1;
-}
-
-static void fr_publish(struct fake_ring *f)
-{
-	/* Release: the record bytes are visible before the new head. */
-	__atomic_store_n(&f->page->data_head, f->head, __ATOMIC_RELEASE);
-}
+#include "synth.h"
 
 static uint8_t pattern(uint64_t seed, uint32_t i)
 {
@@ -92,7 +29,7 @@ static int fr_pattern(struct fake_ring *f, uint16_t size, uint64_t seed)
 
 	for (i = 0; i + sizeof(struct perf_event_header) < size; i++)
 		body[i] = pattern(seed, i);
-	return fr_write(f, PERF_RECORD_SAMPLE, size, body,
+	return fr_record(f, PERF_RECORD_SAMPLE, size, body,
 			size - sizeof(struct perf_event_header));
 }
 
@@ -320,7 +257,7 @@ static void *spsc_producer(void *arg)
 		memcpy(body, &seq, sizeof(seq));
 		for (i = sizeof(seq); i + 8 < size; i++)
 			body[i] = pattern(seq, i);
-		while (!fr_write(&s->f, PERF_RECORD_SAMPLE, size, body, size - 8))
+		while (!fr_record(&s->f, PERF_RECORD_SAMPLE, size, body, size - 8))
 			sched_yield(); /* full: wait for the consumer's data_tail */
 		if (seq % 3 == 0)
 			fr_publish(&s->f);

@@ -1,7 +1,8 @@
 /* test_reader.c - the native reader thread over a synthetic ring.
  *
- * The ring is built as in test_ringbuf.c (a memfd mapped twice back to back),
- * and the producer follows kernel/bpf/ringbuf.c, including its wakeup rule:
+ * The ring is tests/c/synth.h's (a memfd mapped twice back to back, as in
+ * test_ringbuf.c), and its producer follows kernel/bpf/ringbuf.c, including
+ * its wakeup rule:
  * after the commit's full barrier it wakes consumers (here: writes the
  * eventfd standing in for the map fd) only if the committed record sits at
  * consumer_pos. The reader's safety-net timeout is set far above the test's
@@ -21,99 +22,7 @@
 #include <sys/syscall.h>
 
 #include "check.h"
-
-/* ---- synthetic kernel ring (the same model as test_ringbuf.c) ---- */
-
-struct synth {
-	size_t size;
-	int memfd;
-	uint8_t *data;
-	uint64_t *cons;
-	uint64_t *prod;
-	uint64_t prod_local;
-	struct plb_rb_view v;
-	int wake_fd;         /* eventfd standing in for the map fd */
-	int no_wakeup;       /* like BPF_RB_NO_WAKEUP on every commit */
-	uint64_t wakes_sent;
-};
-
-static void synth_init(struct synth *s, size_t size)
-{
-	long page = sysconf(_SC_PAGESIZE);
-	uint8_t *region, *pages;
-
-	memset(s, 0, sizeof(*s));
-	s->size = size;
-	s->memfd = memfd_create("plb-test-ring", MFD_CLOEXEC);
-	CHECK(s->memfd >= 0);
-	CHECK(ftruncate(s->memfd, (off_t)size) == 0);
-	region = mmap(NULL, 2 * size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	CHECK(region != MAP_FAILED);
-	CHECK(mmap(region, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-		   s->memfd, 0) == region);
-	CHECK(mmap(region + size, size, PROT_READ | PROT_WRITE,
-		   MAP_SHARED | MAP_FIXED, s->memfd, 0) == region + size);
-	s->data = region;
-	pages = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE,
-		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	CHECK(pages != MAP_FAILED);
-	s->cons = (uint64_t *)(void *)pages;
-	s->prod = (uint64_t *)(void *)(pages + page);
-	s->v.consumer_pos = s->cons;
-	s->v.producer_pos = s->prod;
-	s->v.data = s->data;
-	s->v.mask = size - 1;
-	s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	CHECK(s->wake_fd >= 0);
-}
-
-static void synth_free(struct synth *s)
-{
-	long page = sysconf(_SC_PAGESIZE);
-
-	munmap(s->data, 2 * s->size);
-	munmap(s->cons, 2 * (size_t)page);
-	close(s->memfd);
-	close(s->wake_fd);
-}
-
-static void synth_wake(struct synth *s)
-{
-	uint64_t one = 1;
-
-	CHECK(write(s->wake_fd, &one, 8) == 8);
-	s->wakes_sent++;
-}
-
-static void *synth_reserve(struct synth *s, uint32_t size)
-{
-	uint64_t cons, len = ((uint64_t)size + PLB_RB_HDR_SZ + 7) & ~(uint64_t)7;
-	uint32_t *hdr;
-
-	cons = __atomic_load_n(s->cons, __ATOMIC_ACQUIRE);
-	if (len > s->size || s->prod_local + len - cons > s->v.mask)
-		return NULL;
-	hdr = (uint32_t *)(void *)(s->data + (s->prod_local & s->v.mask));
-	__atomic_store_n(&hdr[0], size | PLB_RB_BUSY_BIT, __ATOMIC_RELAXED);
-	hdr[1] = 0; /* pg_off: never read by consumers */
-	s->prod_local += len;
-	__atomic_store_n(s->prod, s->prod_local, __ATOMIC_RELEASE);
-	return hdr + 2;
-}
-
-/* bpf_ringbuf_commit: xchg (full barrier), then wake only if the record is
- * at consumer_pos and the producer did not ask for no wakeup. */
-static void synth_commit(struct synth *s, void *sample, int discard)
-{
-	uint32_t *len = (uint32_t *)((uint8_t *)sample - PLB_RB_HDR_SZ);
-	uint32_t nl = (*len & ~PLB_RB_BUSY_BIT) | (discard ? PLB_RB_DISCARD_BIT : 0);
-	uint64_t rec_pos = (uint64_t)((uint8_t *)len - s->data);
-
-	__atomic_exchange_n(len, nl, __ATOMIC_SEQ_CST);
-	if (!s->no_wakeup &&
-	    (__atomic_load_n(s->cons, __ATOMIC_ACQUIRE) & s->v.mask) == rec_pos)
-		synth_wake(s);
-}
+#include "synth.h"
 
 static uint32_t rsize(uint32_t seq)
 {
@@ -178,6 +87,58 @@ static uint8_t out[1 << 16];
 static uint32_t starts[1024], lens[1024];
 
 /* ---- tests ---- */
+
+/* Some thread of this process other than the caller sleeps in epoll_wait
+ * (the reader between passes), per /proc/self/task/TID/wchan. */
+static int reader_in_epoll(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int found = 0;
+
+	CHECK(d);
+	while (!found && (e = readdir(d))) {
+		char path[64], wchan[64] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.' || atoi(e->d_name) == (int)syscall(SYS_gettid))
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/wchan", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(wchan, sizeof(wchan), f))
+			found = strstr(wchan, "epoll") != NULL;
+		fclose(f);
+	}
+	closedir(d);
+	return found;
+}
+
+/* Wait until r sleeps in a wait that outlasts the default safety-net timeout
+ * (the one plb_reader_set_timeout() gave it, taken by the wait after the
+ * call): in epoll_wait, and still there with no timeout counted 300 ms later.
+ * A fixed sleep is not enough on a loaded machine: the thread may not have
+ * finished its first pass yet, or still be in a wait with the old timeout. */
+static void wait_long_sleep(struct plb_reader *r)
+{
+	struct plb_reader_stats st;
+	uint64_t timeouts;
+
+	for (int tries = 0; tries < 1000; tries++) {
+		if (!reader_in_epoll()) {
+			usleep(1000);
+			continue;
+		}
+		plb_reader_stats(r, &st);
+		timeouts = st.timeouts;
+		usleep(300000); /* above PLB_READER_DEFAULT_TIMEOUT_MS */
+		plb_reader_stats(r, &st);
+		if (st.timeouts == timeouts && reader_in_epoll())
+			return;
+	}
+	CHECK(!"the reader never slept in its long wait");
+}
 
 static void t_args_and_lifecycle(void)
 {
@@ -354,7 +315,7 @@ static void t_no_wakeup(void)
 	 * the ring; stop's final pass takes them. */
 	CHECK(plb_reader_start(&r, s.v, s.wake_fd, q, 16) == 0);
 	plb_reader_set_timeout(r, 30000);
-	usleep(20000);
+	wait_long_sleep(r);
 	for (uint32_t seq = 30; seq < 60; seq++)
 		produce(&s, seq);
 	usleep(20000);

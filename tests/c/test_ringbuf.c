@@ -1,9 +1,9 @@
 /* test_ringbuf.c - the BPF ring buffer walker over a synthetic ring.
  *
- * The ring imitates the kernel's layout faithfully: the data area is a memfd
- * mapped twice back to back (MAP_FIXED into a reserved region), as the
+ * The ring (struct synth, tests/c/synth.h) imitates the kernel's layout
+ * faithfully: the data area is a memfd mapped twice back to back, as the
  * kernel's vmap does, and consumer_pos / producer_pos live on their own
- * pages. A tiny producer reserves and commits like kernel/bpf/ringbuf.c:
+ * pages. Its producer reserves and commits like kernel/bpf/ringbuf.c:
  * header {len | BUSY, pg_off}, release-store of producer_pos, then an
  * exchange on len that clears BUSY (and may set DISCARD).
  */
@@ -18,92 +18,7 @@
 #include <stdlib.h>
 
 #include "check.h"
-
-struct synth {
-	size_t size;
-	int memfd;
-	uint8_t *data;       /* 2 * size bytes, the second half aliasing the first */
-	uint64_t *cons;      /* on its own page, like the kernel's consumer page */
-	uint64_t *prod;      /* on its own page, like the kernel's producer page */
-	uint64_t prod_local; /* the kernel's rb->producer_pos under its spinlock */
-	struct plb_rb_view v;
-};
-
-static void synth_init(struct synth *s, size_t size)
-{
-	long page = sysconf(_SC_PAGESIZE);
-	uint8_t *region, *pages;
-
-	memset(s, 0, sizeof(*s));
-	s->size = size;
-	s->memfd = memfd_create("plb-test-ring", MFD_CLOEXEC);
-	CHECK(s->memfd >= 0);
-	CHECK(ftruncate(s->memfd, (off_t)size) == 0);
-	region = mmap(NULL, 2 * size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	CHECK(region != MAP_FAILED);
-	CHECK(mmap(region, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-		   s->memfd, 0) == region);
-	CHECK(mmap(region + size, size, PROT_READ | PROT_WRITE,
-		   MAP_SHARED | MAP_FIXED, s->memfd, 0) == region + size);
-	s->data = region;
-	pages = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE,
-		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	CHECK(pages != MAP_FAILED);
-	s->cons = (uint64_t *)(void *)pages;
-	s->prod = (uint64_t *)(void *)(pages + page);
-	s->v.consumer_pos = s->cons;
-	s->v.producer_pos = s->prod;
-	s->v.data = s->data;
-	s->v.mask = size - 1;
-}
-
-static void synth_free(struct synth *s)
-{
-	long page = sysconf(_SC_PAGESIZE);
-
-	munmap(s->data, 2 * s->size);
-	munmap(s->cons, 2 * (size_t)page);
-	close(s->memfd);
-}
-
-/* Put both positions at pos (an empty ring whose next record starts there). */
-static void synth_set_pos(struct synth *s, uint64_t pos)
-{
-	*s->cons = *s->prod = s->prod_local = pos;
-}
-
-/* The kernel's __bpf_ringbuf_reserve, single producer: NULL when full. */
-static void *synth_reserve(struct synth *s, uint32_t size)
-{
-	uint64_t cons, len = ((uint64_t)size + PLB_RB_HDR_SZ + 7) & ~(uint64_t)7;
-	uint32_t *hdr;
-
-	if (len > s->size)
-		return NULL;
-	cons = __atomic_load_n(s->cons, __ATOMIC_ACQUIRE);
-	if (s->prod_local + len - cons > s->v.mask)
-		return NULL;
-	hdr = (uint32_t *)(void *)(s->data + (s->prod_local & s->v.mask));
-	__atomic_store_n(&hdr[0], size | PLB_RB_BUSY_BIT, __ATOMIC_RELAXED);
-	/* pg_off: pages from the kernel's struct bpf_ringbuf to the header;
-	 * the consumer never reads it, any value is faithful enough. */
-	hdr[1] = (uint32_t)(((s->prod_local & s->v.mask) >> 12) + 2);
-	s->prod_local += len;
-	__atomic_store_n(s->prod, s->prod_local, __ATOMIC_RELEASE);
-	return hdr + 2;
-}
-
-/* The kernel's bpf_ringbuf_commit: returns 1 when it would wake consumers
- * (the committed record sits at consumer_pos). */
-static int synth_commit(struct synth *s, void *sample, int discard)
-{
-	uint32_t *len = (uint32_t *)((uint8_t *)sample - PLB_RB_HDR_SZ);
-	uint32_t nl = (*len & ~PLB_RB_BUSY_BIT) | (discard ? PLB_RB_DISCARD_BIT : 0);
-	uint64_t rec_pos = (uint64_t)((uint8_t *)len - s->data);
-
-	__atomic_exchange_n(len, nl, __ATOMIC_SEQ_CST); /* xchg: full barrier */
-	return (__atomic_load_n(s->cons, __ATOMIC_ACQUIRE) & s->v.mask) == rec_pos;
-}
+#include "synth.h"
 
 static uint8_t pat(uint64_t seq, uint32_t i)
 {
