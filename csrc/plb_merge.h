@@ -1,5 +1,5 @@
 /* plb_merge.h - the ordered k-way merge across per-CPU perf rings or BPF ring
- * buffers (shared/ORDERING.md, "The rule").
+ * buffers (docs/ordering.md, "The rule").
  *
  * Each source is one ring: a perf ring (one CPU's ring of a
  * BPF_MAP_TYPE_PERF_EVENT_ARRAY, from perf_buffer__buffer()) or a BPF ring

@@ -1,7 +1,8 @@
 /* pylibbpf_shim.h - the C shim compiled into pylibbpf's CFFI extension.
  *
  * Everything here is prefixed plb_. What lives in C is what must not cross
- * into Python once per event or must run without the GIL (see DESIGN.md). */
+ * into Python once per event or must run without the GIL (see
+ * docs/architecture.md). */
 #ifndef PYLIBBPF_SHIM_H
 #define PYLIBBPF_SHIM_H
 
@@ -14,7 +15,8 @@
 #include "plb_perfattr.h"
 #include "plb_program.h"
 
-/* Defined by CFFI (extern "Python+C" in cdef/shim.h): logs one libbpf message. */
+/* Defined by CFFI (extern "Python+C" in the generated cdef/shim.h:
+ * tools/gen_cdef.py SHIM_PYTHON_CALLBACKS): logs one libbpf message. */
 void plb_py_log(int level, const char *msg);
 /* Send libbpf's messages up to max_level (enum libbpf_print_level) to plb_py_log. */
 void plb_log_install(int max_level);
