@@ -146,22 +146,38 @@ class PerfBuffer(BatchReader):
 
     def _taken(self, batch: Batch) -> Batch:
         """read_batch: ``batch.tags[i]`` is the CPU of sample ``i``; lost-sample notices are
-        taken out of the batch, counted in ``lost_samples`` and passed to ``lost_callback``."""
-        for cpu, count in batch.take_lost():
+        taken out of the batch, counted in ``lost_samples`` and passed to ``lost_callback``.
+
+        A ``lost_callback`` that raises stops there and the exception propagates:
+        the notices up to that one are handled (counted once), and the rest of the
+        batch (every sample, the later notices) stays pending for the next call.
+        """
+        notices = [i for i, n in enumerate(batch.lost) if n] if any_nonzero(batch.lost) else []
+        for k, i in enumerate(notices):
+            cpu, count = batch.tags[i], batch.lost[i]
             self.lost_samples += count
             if self._lost_callback is not None:
-                self._lost_callback(cpu, count)
+                try:
+                    self._lost_callback(cpu, count)
+                except BaseException:
+                    handled = set(notices[:k + 1])
+                    batch.keep([j for j in range(len(batch.starts)) if j not in handled])
+                    if len(batch):
+                        self._pending = batch
+                    raise
+        if notices:
+            batch.keep([j for j, n in enumerate(batch.lost) if not n])
         return batch
 
     async def events(self) -> AsyncIterator[tuple[int, memoryview]]:
         """``async for cpu, data in pb.events()``: every sample; losses counted as in read_batch.
 
         Ends when the buffer is closed; cancelling the task leaves nothing running.
+        Leaving the loop (``break``, cancelling the task) keeps the samples
+        drained but not yet yielded for the next ``events()``/``poll()``/``read_batch()``.
         """
-        async for batch in self._batches():
-            view = batch.view
-            for cpu, start, length in zip(batch.tags, batch.starts, batch.lens, strict=True):
-                yield cpu, view[start:start + length]
+        async for batch, i in self._records():
+            yield batch.tags[i], batch[i]
 
     def _drain(self) -> None:
         """Copy what every CPU's ring holds into a batch (lock held)."""

@@ -115,10 +115,11 @@ class RingBuffer(BatchReader):
         Waits with ``loop.add_reader`` on the reader's epoll fd; the iteration
         ends when the buffer is closed; cancelling the task leaves nothing running.
         The callback given at construction is not called for these records.
+        Leaving the loop (``break``, cancelling the task) keeps the records
+        drained but not yet yielded for the next ``events()``/``poll()``/``read_batch()``.
         """
-        async for batch in self._batches():
-            for data in batch:
-                yield data
+        async for batch, i in self._records():
+            yield batch[i]
 
     def _drain(self) -> None:
         """Copy up to max_batch records (or about DEFAULT_BATCH_BYTES) out of the kernel rings (lock held)."""
