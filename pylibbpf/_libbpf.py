@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from typing import Any
 
 from ._ffi import capture_log, ffi, lib, sync_log_level
@@ -80,14 +81,26 @@ def bpf_object__open_mem(buf: CData, size: int, opts: CData, what: str) -> CData
         return check_ptr(lib.bpf_object__open_mem(buf, size, opts), what)
 
 
+# libbpf's messages (libbpf.c) that say which part of a load failed.
+_MAP_FAILED = re.compile(r"map '([^']*)': failed to create")
+_PROG_FAILED = re.compile(r"prog '([^']*)': (?:BPF program load failed|failed to load)")
+
+
 def bpf_object__load(obj: CData, what: str) -> None:
-    """Load every program; a verifier rejection raises LoadError with the log's tail."""
+    """Create the maps, load every program; LoadError with the log's tail, naming the map or
+    program the kernel refused (``stage``/``name``)."""
     sync_log_level()
     with capture_log() as lines:
         ret = lib.bpf_object__load(obj)
     if ret < 0:
+        stage, name = "object", ""
+        for line in lines:
+            found = _MAP_FAILED.search(line) or _PROG_FAILED.search(line)
+            if found:
+                stage, name = ("map" if found.re is _MAP_FAILED else "program"), found.group(1)
+                break
         tail = "\n".join(lines[-_LOG_TAIL_LINES:])
-        raise LoadError(-ret, strerror(-ret), what, tail)
+        raise LoadError(-ret, strerror(-ret), what, tail, stage, name)
 
 
 def bpf_object__close(obj: CData) -> None:

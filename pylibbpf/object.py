@@ -76,6 +76,7 @@ class BPFObject:
         self._name = name
         self._keepalive = keepalive  # buffers libbpf points into (ELF bytes, option strings)
         self._loaded = False
+        self._load_failed = False
         self._lock = threading.Lock()
         # Safety net only: close() is the contract, and disarms it.
         self._finalizer = _close.finalizer(self, _free_object, ptr, keepalive)
@@ -141,7 +142,11 @@ class BPFObject:
             ptr = self._check()
             if self._loaded:
                 raise BPFError(lib.EINVAL, "object is already loaded", f"bpf_object__load({self._name})")
-            _libbpf.bpf_object__load(ptr, f"bpf_object__load({self._name})")
+            try:
+                _libbpf.bpf_object__load(ptr, f"bpf_object__load({self._name})")
+            except BPFError:
+                self._load_failed = True  # libbpf cannot retry a load: only close() is left
+                raise
             self._loaded = True
         return self
 
@@ -218,7 +223,8 @@ class BPFObject:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._ptr is None else ("loaded" if self._loaded else "open")
+        state = ("closed" if self._ptr is None else "loaded" if self._loaded
+                 else "load failed" if self._load_failed else "open")
         return f"<BPFObject {self._name!r} {state}>"
 
 
