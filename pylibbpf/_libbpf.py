@@ -367,7 +367,7 @@ def plb_waiter_add(waiter: CData, fd: int, what: str) -> None:
 
 def btf__find_by_name_kind(btf: CData, name: str, kind: int) -> int:
     """The type id, or a negative value when there is no such type (not an error here)."""
-    return int(lib.btf__find_by_name_kind(btf, name.encode(), kind))
+    return int(lib.btf__find_by_name_kind(btf, name.encode("utf-8", "surrogateescape"), kind))
 
 
 def btf__type_by_id(btf: CData, type_id: int, what: str) -> CData:
@@ -375,7 +375,9 @@ def btf__type_by_id(btf: CData, type_id: int, what: str) -> CData:
 
 
 def btf__name_by_offset(btf: CData, offset: int) -> str:
-    return string(lib.btf__name_by_offset(btf, offset))
+    """The name, bytes that are not UTF-8 kept as surrogates: it finds its type again by name."""
+    ptr = lib.btf__name_by_offset(btf, offset)
+    return "" if ptr == ffi.NULL else ffi.string(ptr).decode("utf-8", "surrogateescape")  # type: ignore[no-any-return]
 
 
 def btf__resolve_type(btf: CData, type_id: int, what: str) -> int:
