@@ -358,12 +358,30 @@ def test_inspect_json(bpf_objects: dict[str, Path]) -> None:
     assert "fields" not in structs["layout_bitfield"]
 
 
-def test_inspect_bundled_objects_without_privileges(bpf_privileged: None) -> None:
-    """Inspect only opens the object: it works for anyone (here: nobody), on every bundled tool."""
+def without_privileges() -> tuple[str, ...]:
+    """A command prefix that runs the command with no capability at all (none permitted, inheritable,
+    ambient or in the bounding set) and the no-root securebits, so that root's uid grants nothing.
+
+    The uid stays the same: the command still reaches the checkout and its .venv wherever the clone
+    lives (another uid could not enter a 0700 home or ``mktemp -d`` folder)."""
     setpriv = shutil.which("setpriv")
-    prefix = (setpriv, "--reuid=65534", "--regid=65534", "--clear-groups") if setpriv else ()
+    assert setpriv is not None, "setpriv (util-linux) is needed"
+    return (setpriv, "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all",
+            "--securebits=+noroot,+noroot_locked,+no_setuid_fixup,+no_setuid_fixup_locked,+keep_caps_locked")
+
+
+def test_without_privileges_means_no_capability() -> None:
+    status = subprocess.run([*without_privileges(), "cat", "/proc/self/status"], capture_output=True, text=True,
+                            check=True).stdout
+    caps = dict(line.split(":\t") for line in status.splitlines() if line.startswith("Cap"))
+    assert caps and all(int(v, 16) == 0 for v in caps.values()), caps
+
+
+def test_inspect_bundled_objects_without_privileges(bpf_privileged: None) -> None:
+    """Inspect only opens the object: it works without any privilege, on every bundled tool."""
     for tool in cli.TOOLS.values():
-        proc = run_command("inspect", "--json", "--struct", tool.event, str(tool.object_path), prefix=prefix)
+        proc = run_command("inspect", "--json", "--struct", tool.event, str(tool.object_path),
+                           prefix=without_privileges())
         assert proc.returncode == 0, proc.stderr
         info = json.loads(proc.stdout)
         assert [s["name"] for s in info["structs"]] == [tool.event]
@@ -410,11 +428,7 @@ def test_unknown_tool() -> None:
 
 
 def test_not_root(bpf_privileged: None) -> None:
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("setpriv (util-linux) is not installed")
-    proc = run_command("trace", "exec", "--duration", "1",
-                       prefix=(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"))
+    proc = run_command("trace", "exec", "--duration", "1", prefix=without_privileges())
     assert_one_line_error(proc, "needs root or CAP_BPF+CAP_PERFMON")
 
 
