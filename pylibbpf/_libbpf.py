@@ -47,6 +47,14 @@ def check_ptr(ptr: CData, what: str) -> CData:
     return ptr
 
 
+def dup(fd: int, what: str) -> int:
+    """``os.dup(fd)``, failing as a BPFError that names ``what`` (EBADF: the fd was closed underneath)."""
+    try:
+        return os.dup(fd)
+    except OSError as e:
+        raise BPFError(e.errno or errno.EBADF, f"{e.strerror} (closed underneath?)", what) from None
+
+
 def cstr(value: str | os.PathLike[str] | None) -> CData:
     """A NUL-terminated char[] for a str/path (NULL for None); keep it alive while C uses it."""
     if value is None:

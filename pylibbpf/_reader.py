@@ -13,12 +13,13 @@ import abc
 import array
 import asyncio
 import functools
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from . import _close, _libbpf
+from . import _check, _close, _libbpf
 from ._close import current_pid
 from ._ffi import ffi, lib
 from .errors import ClosedError
@@ -175,11 +176,6 @@ def _numpy_dtype(event_def: Any) -> Any:
     return event_def.numpy_dtype()
 
 
-def remaining_ms(deadline: float | None) -> int:
-    """Milliseconds left until ``deadline`` (monotonic seconds); -1 for no deadline."""
-    if deadline is None:
-        return -1
-    return max(0, int((deadline - time.monotonic()) * 1000 + 0.999))
 
 
 class Waiter:
@@ -214,7 +210,7 @@ class Waiter:
         """
         deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
         while True:
-            ret = int(lib.plb_waiter_wait(self._w, remaining_ms(deadline)))
+            ret = int(lib.plb_waiter_wait(self._w, _check.remaining_ms(deadline)))
             if ret >= 0:
                 return ret > 0
             if ret == -lib.ECANCELED:
@@ -370,12 +366,6 @@ class Closable(abc.ABC):
         self.close()
 
 
-def check_callable(value: object, name: str) -> None:
-    """TypeError naming the argument unless ``value`` is callable."""
-    if not callable(value):
-        raise TypeError(f"{name} must be callable, not {type(value).__name__}")
-
-
 Callback = Callable[..., Any]
 
 
@@ -423,6 +413,7 @@ def one_caller(empty: Callable[[], Any]) -> Callable[[Callable[..., ResultT]], C
     def wrap(method: Callable[..., ResultT]) -> Callable[..., ResultT]:
         @functools.wraps(method)
         def call(self: Any, timeout_ms: int = -1) -> ResultT:
+            timeout_ms = _check.timeout_ms(timeout_ms)
             self._check_open()  # in a forked child: ClosedError before the lock
             start = time.monotonic()
             if not self._calls.enter(timeout_ms):
@@ -456,6 +447,7 @@ class BatchReader(Closable):
 
     def _fill(self, timeout_ms: int) -> bool:
         """Drain into ``_pending`` unless records are already pending; False on timeout."""
+        timeout_ms = _check.timeout_ms(timeout_ms)
         self._check_open()
         if self._pending is None:
             with self._lock:

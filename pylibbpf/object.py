@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
-from . import _close, _libbpf
+from . import _check, _close, _libbpf
 from ._ffi import ffi, lib
 from .errors import BPFError, ClosedError
 from .program import Link, Program
@@ -97,6 +97,12 @@ class BPFObject:
         BPFError for anything that is not a BPF ELF object, TypeError for other
         argument types.
         """
+        if btf_custom_path is not None:
+            btf_custom_path = _check.path(btf_custom_path, "btf_custom_path")
+        if kconfig is not None:
+            _check.string(kconfig, "kconfig")
+        if object_name is not None:
+            _check.string(object_name, "object_name")
         keep: list[Any] = []
         opts = ffi.new("struct bpf_object_open_opts *")
         opts.sz = ffi.sizeof("struct bpf_object_open_opts")
@@ -343,6 +349,7 @@ class Map:
     def update(self, key: bytes | int, value: bytes | list[bytes], flags: int = 0) -> None:
         """Set ``key`` to ``value`` (flags: lib.BPF_ANY, BPF_NOEXIST, BPF_EXIST)."""
         what = f"bpf_map_update_elem({self.name})"
+        flags = _check.flags(flags, "flags")
         fd = self._loaded_fd(what)
         ckey = self._key(key, what)
         count, stride = self._value_layout()
