@@ -59,9 +59,9 @@ BAD: dict[str, list[object]] = {
     # an int >= 1 (sizes, counts)
     "count": [None, *_wrong_types(0.5, 1.0, NAN, INF), 0, -1, HUGE],
     # an int >= 0 or None
-    "optional_index": _wrong_types(0.5, NAN, INF) + [-1, HUGE],
+    "optional_index": [*_wrong_types(0.5, NAN, INF), -1, HUGE],
     # an int >= 0 or None, where a huge one means "no limit"
-    "optional_limit": _wrong_types(0.5, NAN, INF) + [-1],
+    "optional_limit": [*_wrong_types(0.5, NAN, INF), -1],
     # an int >= 0
     "index": [None, *_wrong_types(0.5, NAN), -1, HUGE],
     # any int (a slot number checked against the rings: only the type here)
@@ -69,7 +69,7 @@ BAD: dict[str, list[object]] = {
     # a timeout in milliseconds: -1 or 0..2**31-1
     "timeout_ms": [None, *_wrong_types(0.5, 1.0, NAN, INF), -2, 2**31, HUGE],
     # a timeout in seconds: None or a finite number >= 0
-    "timeout": _wrong_types(NAN, INF, -INF) + [-1, -0.5],
+    "timeout": [*_wrong_types(NAN, INF, -INF), -1, -0.5],
     # a finite number >= 0
     "seconds": [None, *_wrong_types(NAN, INF, -INF), -1, -0.5],
     # a number in [0, 1]
@@ -253,7 +253,7 @@ def _defect(ctx: Ctx, param: Param, value: object) -> str | None:
         if _shown(value) not in message:
             return f"{message!r} does not show the value"
         return None
-    except Exception as exc:  # noqa: BLE001 - the point: anything else is a defect
+    except Exception as exc:  # the point: anything else is a defect
         return f"{type(exc).__name__}: {exc}"
     close = getattr(made, "close", None)
     if callable(close):
@@ -282,11 +282,11 @@ def test_a_timeout_of_years_in_seconds_waits_instead_of_overflowing(ctx: Ctx) ->
             reader = make()
             outcome: list[BaseException] = []
 
-            def read(r: Any = reader, t: float = timeout) -> None:
+            def read(r: Any = reader, t: float = timeout, out: list[BaseException] = outcome) -> None:
                 try:
                     r.read(timeout=t)
-                except BaseException as exc:  # noqa: BLE001 - recorded and checked below
-                    outcome.append(exc)
+                except BaseException as exc:  # recorded and checked below
+                    out.append(exc)
 
             waiter = threading.Thread(target=read)
             waiter.start()
