@@ -34,6 +34,7 @@ from pylibbpf import (
     RingBufConsumer,
     RingBuffer,
     SamplingConsumer,
+    UserRingBuffer,
     defevent,
     make_event_def,
     map_ringbuf,
@@ -58,6 +59,8 @@ def _wrong_types(*extra: object) -> list[object]:
 BAD: dict[str, list[object]] = {
     # an int >= 1 (sizes, counts)
     "count": [None, *_wrong_types(0.5, 1.0, NAN, INF), 0, -1, HUGE],
+    # an int >= 1 or None
+    "optional_count": [*_wrong_types(0.5, NAN, INF), 0, -1, HUGE],
     # an int >= 0 or None
     "optional_index": [*_wrong_types(0.5, NAN, INF), -1, HUGE],
     # an int >= 0 or None, where a huge one means "no limit"
@@ -84,8 +87,10 @@ BAD: dict[str, list[object]] = {
     "optional_string": [42, b"x", ["x"], "a\0b"],
     # bytes-like
     "buffer": [None, 42, "text", 1.5, [1, 2]],
-    # a flags word: 0 .. 2**64-1
+    # a flags word (or a u64 cookie): 0 .. 2**64-1
     "flags": [None, *_wrong_types(0.5, NAN), -1, HUGE],
+    # a pid: -1 (any) or 0 .. 2**31-1
+    "pid": [None, *_wrong_types(0.5, NAN), -2, 2**31, HUGE],
 }
 
 
@@ -212,6 +217,27 @@ PARAMS: list[Param] = [
           lambda c, v: BPFObject.open(b"", object_name=v)),
     Param("BPFObject.open(path, btf_custom_path=)", "btf_custom_path", "optional_string",
           lambda c, v: BPFObject.open(b"", btf_custom_path=v)),
+    # --- programs' attach calls, the user ring buffer (their checks: program.py, ringbuf.py) ----------
+    Param("Program.attach_kprobe(func, offset=)", "offset", "index",
+          lambda c, v: c.progs.programs["on_kprobe"].attach_kprobe("do_nothing", offset=v)),
+    Param("Program.attach_uprobe(binary, symbol, offset=)", "offset", "index",
+          lambda c, v: c.progs.programs["on_uprobe"].attach_uprobe("/bin/true", "main", offset=v)),
+    Param("Program.attach_uprobe(binary, symbol, pid=)", "pid", "pid",
+          lambda c, v: c.progs.programs["on_uprobe"].attach_uprobe("/bin/true", "main", pid=v)),
+    Param("Program.attach_usdt(binary, provider, name, pid=)", "pid", "pid",
+          lambda c, v: c.progs.programs["on_usdt"].attach_usdt("/bin/true", "p", "n", pid=v)),
+    Param("Program.attach_usdt(binary, provider, name, cookie=)", "cookie", "flags",
+          lambda c, v: c.progs.programs["on_usdt"].attach_usdt("/bin/true", "p", "n", cookie=v)),
+    Param("Program.attach_perf_event(period=)", "period", "optional_count",
+          lambda c, v: c.progs.programs["on_sample"].attach_perf_event(period=v)),
+    Param("Program.attach_perf_event(frequency=)", "frequency", "optional_count",
+          lambda c, v: c.progs.programs["on_sample"].attach_perf_event(frequency=v)),
+    Param("Program.attach_perf_event(pid=)", "pid", "pid",
+          lambda c, v: c.progs.programs["on_sample"].attach_perf_event(pid=v)),
+    Param("UserRingBuffer.submit(data)", "data", "buffer",
+          lambda c, v: _closing(UserRingBuffer(c.progs.maps["urb"]), lambda u: u.submit(v))),
+    Param("UserRingBuffer.submit(data, timeout=)", "timeout", "timeout",
+          lambda c, v: _closing(UserRingBuffer(c.progs.maps["urb"]), lambda u: u.submit(b"x", timeout=v))),
     # --- the DSL and the assembler -----------------------------------------------------------------
     Param("defevent(name, (field, type, count))", "count of field", "count",
           lambda c, v: defevent("E", ("x", "u8", v))),
