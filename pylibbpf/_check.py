@@ -138,7 +138,11 @@ def flags(value: object, name: str = "flags", *, bits: int = 64) -> int:
 
 def choice(value: object, name: str, choices: Collection[T]) -> T:
     """``value`` if it is one of ``choices``; ValueError listing them otherwise."""
-    if value not in choices:
+    try:
+        known = value in choices
+    except TypeError:  # unhashable (a list for a dict's keys): not one of them either
+        known = False
+    if not known:
         listed = ", ".join(repr(c) for c in choices)
         raise ValueError(f"{name} must be one of {listed}; got {_shown(value)}")
     return value  # type: ignore[return-value]
@@ -165,7 +169,7 @@ def path(value: object, name: str) -> str:
 def buffer(value: object, name: str) -> memoryview:
     """A bytes-like object as a read-only byte view; TypeError naming the parameter otherwise."""
     if isinstance(value, str):
-        raise TypeError(f"{name} must be bytes-like, got a str (encode it first)")
+        raise TypeError(f"{name} must be bytes-like, got a str {_shown(value)} (encode it first)")
     try:
         view = memoryview(value)  # type: ignore[arg-type]
     except TypeError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from typing import Any
 
 from ._ffi import capture_log, ffi, lib, sync_log_level
@@ -46,6 +47,14 @@ def check_ptr(ptr: CData, what: str) -> CData:
     return ptr
 
 
+def dup(fd: int, what: str) -> int:
+    """``os.dup(fd)``, failing as a BPFError that names ``what`` (EBADF: the fd was closed underneath)."""
+    try:
+        return os.dup(fd)
+    except OSError as e:
+        raise BPFError(e.errno or errno.EBADF, f"{e.strerror} (closed underneath?)", what) from None
+
+
 def cstr(value: str | os.PathLike[str] | None) -> CData:
     """A NUL-terminated char[] for a str/path (NULL for None); keep it alive while C uses it."""
     if value is None:
@@ -80,14 +89,26 @@ def bpf_object__open_mem(buf: CData, size: int, opts: CData, what: str) -> CData
         return check_ptr(lib.bpf_object__open_mem(buf, size, opts), what)
 
 
+# libbpf's messages (libbpf.c) that say which part of a load failed.
+_MAP_FAILED = re.compile(r"map '([^']*)': failed to create")
+_PROG_FAILED = re.compile(r"prog '([^']*)': (?:BPF program load failed|failed to load)")
+
+
 def bpf_object__load(obj: CData, what: str) -> None:
-    """Load every program; a verifier rejection raises LoadError with the log's tail."""
+    """Create the maps, load every program; LoadError with the log's tail, naming the map or
+    program the kernel refused (``stage``/``name``)."""
     sync_log_level()
     with capture_log() as lines:
         ret = lib.bpf_object__load(obj)
     if ret < 0:
+        stage, name = "object", ""
+        for line in lines:
+            found = _MAP_FAILED.search(line) or _PROG_FAILED.search(line)
+            if found:
+                stage, name = ("map" if found.re is _MAP_FAILED else "program"), found.group(1)
+                break
         tail = "\n".join(lines[-_LOG_TAIL_LINES:])
-        raise LoadError(-ret, strerror(-ret), what, tail)
+        raise LoadError(-ret, strerror(-ret), what, tail, stage, name)
 
 
 def bpf_object__close(obj: CData) -> None:
@@ -354,7 +375,7 @@ def plb_waiter_add(waiter: CData, fd: int, what: str) -> None:
 
 def btf__find_by_name_kind(btf: CData, name: str, kind: int) -> int:
     """The type id, or a negative value when there is no such type (not an error here)."""
-    return int(lib.btf__find_by_name_kind(btf, name.encode(), kind))
+    return int(lib.btf__find_by_name_kind(btf, name.encode("utf-8", "surrogateescape"), kind))
 
 
 def btf__type_by_id(btf: CData, type_id: int, what: str) -> CData:
@@ -362,7 +383,9 @@ def btf__type_by_id(btf: CData, type_id: int, what: str) -> CData:
 
 
 def btf__name_by_offset(btf: CData, offset: int) -> str:
-    return string(lib.btf__name_by_offset(btf, offset))
+    """The name, bytes that are not UTF-8 kept as surrogates: it finds its type again by name."""
+    ptr = lib.btf__name_by_offset(btf, offset)
+    return "" if ptr == ffi.NULL else ffi.string(ptr).decode("utf-8", "surrogateescape")  # type: ignore[no-any-return]
 
 
 def btf__resolve_type(btf: CData, type_id: int, what: str) -> int:

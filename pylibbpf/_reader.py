@@ -13,12 +13,13 @@ import abc
 import array
 import asyncio
 import functools
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from . import _close, _libbpf
+from . import _check, _close, _libbpf
 from ._close import current_pid
 from ._ffi import ffi, lib
 from .errors import ClosedError
@@ -82,12 +83,16 @@ class Batch:
             return []
         self.rest()
         notices = [(t, n) for t, n in zip(self.tags, self.lost) if n]
-        keep = [i for i, n in enumerate(self.lost) if not n]
-        self.starts = [self.starts[i] for i in keep]
-        self.lens = [self.lens[i] for i in keep]
-        self.tags = [self.tags[i] for i in keep]
-        self.lost = [0] * len(keep)
+        self.keep([i for i, n in enumerate(self.lost) if not n])
         return notices
+
+    def keep(self, indices: Sequence[int]) -> None:
+        """Keep only the records at ``indices`` (counted from the first one not delivered yet)."""
+        self.rest()
+        self.starts = [self.starts[i] for i in indices]
+        self.lens = [self.lens[i] for i in indices]
+        self.tags = [self.tags[i] for i in indices]
+        self.lost = [self.lost[i] for i in indices]
 
     def __len__(self) -> int:
         return len(self.starts) - self.next
@@ -171,11 +176,6 @@ def _numpy_dtype(event_def: Any) -> Any:
     return event_def.numpy_dtype()
 
 
-def remaining_ms(deadline: float | None) -> int:
-    """Milliseconds left until ``deadline`` (monotonic seconds); -1 for no deadline."""
-    if deadline is None:
-        return -1
-    return max(0, int((deadline - time.monotonic()) * 1000 + 0.999))
 
 
 class Waiter:
@@ -210,7 +210,7 @@ class Waiter:
         """
         deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
         while True:
-            ret = int(lib.plb_waiter_wait(self._w, remaining_ms(deadline)))
+            ret = int(lib.plb_waiter_wait(self._w, _check.remaining_ms(deadline)))
             if ret >= 0:
                 return ret > 0
             if ret == -lib.ECANCELED:
@@ -267,13 +267,16 @@ class Closable(abc.ABC):
 
         The reader's own epoll fd (libbpf's rings plus the close eventfd) is
         watched with ``loop.add_reader``; cancelling the consuming task removes
-        the reader, so nothing keeps running.
+        the reader, so nothing keeps running. Each iteration watches its own
+        dup of that fd: an iteration left with ``break`` is closed later, by the
+        event loop, and removing its reader then must not remove the one of an
+        iteration started meanwhile.
         """
         if self._waiter is None:
             raise ClosedError(self._what)
         loop = asyncio.get_running_loop()
         ready = asyncio.Event()
-        fd = self._waiter.fd
+        fd = os.dup(self._waiter.fd)
 
         def on_close() -> None:
             if not loop.is_closed():
@@ -295,7 +298,8 @@ class Closable(abc.ABC):
         finally:
             self._close_hooks.remove(on_close)
             if not loop.is_closed():
-                loop.remove_reader(fd)  # the selector tolerates an fd close() already closed
+                loop.remove_reader(fd)
+            os.close(fd)
 
     def _wait(self, timeout_ms: int) -> bool:
         """Wait on the reader's fds (lock held): True when ready, False on timeout.
@@ -362,12 +366,6 @@ class Closable(abc.ABC):
         self.close()
 
 
-def check_callable(value: object, name: str) -> None:
-    """TypeError naming the argument unless ``value`` is callable."""
-    if not callable(value):
-        raise TypeError(f"{name} must be callable, not {type(value).__name__}")
-
-
 Callback = Callable[..., Any]
 
 
@@ -415,6 +413,7 @@ def one_caller(empty: Callable[[], Any]) -> Callable[[Callable[..., ResultT]], C
     def wrap(method: Callable[..., ResultT]) -> Callable[..., ResultT]:
         @functools.wraps(method)
         def call(self: Any, timeout_ms: int = -1) -> ResultT:
+            timeout_ms = _check.timeout_ms(timeout_ms)
             self._check_open()  # in a forked child: ClosedError before the lock
             start = time.monotonic()
             if not self._calls.enter(timeout_ms):
@@ -448,6 +447,7 @@ class BatchReader(Closable):
 
     def _fill(self, timeout_ms: int) -> bool:
         """Drain into ``_pending`` unless records are already pending; False on timeout."""
+        timeout_ms = _check.timeout_ms(timeout_ms)
         self._check_open()
         if self._pending is None:
             with self._lock:
@@ -486,6 +486,24 @@ class BatchReader(Closable):
     def _taken(self, batch: Batch) -> Batch:
         """Hook: what read_batch does to a batch before handing it out."""
         return batch
+
+    async def _records(self) -> AsyncIterator[tuple[Batch, int]]:
+        """``(batch, i)`` for every record, for ``events()``; ends quietly when closed.
+
+        A record counts as delivered once yielded. The rest of its batch stays
+        pending meanwhile, so leaving the ``async for`` (``break``, an exception,
+        a cancelled task) loses nothing: the next ``events()``, ``poll()`` or
+        ``read_batch()`` starts with it.
+        """
+        async for batch in self._batches():
+            self._pending = batch
+            n = len(batch.starts)
+            while batch.next < n:
+                i = batch.next
+                batch.next = i + 1
+                if batch.next >= n and self._pending is batch:
+                    self._pending = None
+                yield batch, i
 
     @abc.abstractmethod
     def _drain(self) -> None:

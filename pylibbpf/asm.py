@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
+from . import _check
 from .events import EventDef, EventField
 
 if TYPE_CHECKING:
@@ -195,14 +196,6 @@ _INSN = struct.Struct("<BBhi")
 _REG = re.compile(r"r(10|[0-9])\Z")
 
 
-def _check_int(value: object, what: str, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, got {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{what} {value} out of range {lo}..{hi}")
-    return value
-
-
 @dataclass(frozen=True)
 class Insn:
     """One 8-byte BPF instruction (``struct bpf_insn``), immutable.
@@ -221,11 +214,11 @@ class Insn:
     imm: int = 0
 
     def __post_init__(self) -> None:
-        _check_int(self.code, "Insn code", 0, 0xFF)
-        _check_int(self.dst, "Insn dst", 0, 0xF)
-        _check_int(self.src, "Insn src", 0, 0xF)
-        _check_int(self.off, "Insn off", S16_MIN, S16_MAX)
-        _check_int(self.imm, "Insn imm", S32_MIN, S32_MAX)
+        _check.integer(self.code, "Insn code", lo=0, hi=0xFF)
+        _check.integer(self.dst, "Insn dst", lo=0, hi=0xF)
+        _check.integer(self.src, "Insn src", lo=0, hi=0xF)
+        _check.integer(self.off, "Insn off", lo=S16_MIN, hi=S16_MAX)
+        _check.integer(self.imm, "Insn imm", lo=S32_MIN, hi=S32_MAX)
 
     def __bytes__(self) -> bytes:
         return _INSN.pack(self.code, (self.src << 4) | self.dst, self.off, self.imm)
@@ -299,12 +292,12 @@ def _imm(value: object, wide32: bool = False) -> int:
     # wide32: a 32-bit operation, where 0x80000000..0xffffffff mean the same
     # bits as their negative two's complement.
     hi = U32_MAX if wide32 else S32_MAX
-    n = _check_int(value, "immediate", S32_MIN, hi)
+    n = _check.integer(value, "immediate", lo=S32_MIN, hi=hi)
     return n - (1 << 32) if n > S32_MAX else n
 
 
 def _off(value: object) -> int:
-    return _check_int(value, "offset", S16_MIN, S16_MAX)
+    return _check.integer(value, "offset", lo=S16_MIN, hi=S16_MAX)
 
 
 def _size(size: object) -> int:
@@ -441,7 +434,7 @@ def ld_imm64(dst: str, imm: int) -> tuple[Insn, Insn]:
     ``imm`` may be signed or unsigned 64-bit.  Raises ``ValueError`` for a bad
     register or an ``imm`` outside ``-2**63 .. 2**64-1``.
     """
-    value = _check_int(imm, "immediate", -(1 << 63), (1 << 64) - 1)
+    value = _check.integer(imm, "immediate", lo=-(1 << 63), hi=(1 << 64) - 1)
     return _imm64_pair(_reg(dst), 0, value)
 
 
@@ -452,7 +445,7 @@ def ld_map_fd(dst: str, fd: int) -> tuple[Insn, Insn]:
     address when the program loads.  Raises ``ValueError`` for a bad register or
     a negative ``fd``.
     """
-    value = _check_int(fd, "map fd", 0, S32_MAX)
+    value = _check.integer(fd, "map fd", lo=0, hi=S32_MAX)
     return _imm64_pair(_reg(dst), BPF_PSEUDO_MAP_FD, value)
 
 
@@ -539,7 +532,7 @@ def call(helper: int) -> Insn:
 
     Raises ``ValueError`` for a negative or too large id.
     """
-    return Insn(BPF_JMP | BPF_CALL, 0, 0, 0, _check_int(helper, "helper id", 0, S32_MAX))
+    return Insn(BPF_JMP | BPF_CALL, 0, 0, 0, _check.integer(helper, "helper id", lo=0, hi=S32_MAX))
 
 
 def exit_() -> Insn:
@@ -607,6 +600,9 @@ def load_program(
     for an empty program or a malformed ``prog_type``, and ``BPFError`` (with
     the verifier log) if the kernel rejects the program.
     """
+    _check.string(license, "license")
+    if name is not None:
+        _check.string(name, "name")
     insn_bytes = assemble(insns)
     if not insn_bytes:
         raise ValueError("cannot load an empty program")
@@ -616,7 +612,7 @@ def load_program(
         if not _PROG_TYPE_NAME.match(kind):
             raise ValueError(f"bad program type name {prog_type!r}")
     else:
-        kind = _check_int(prog_type, "program type", 0, U32_MAX)
+        kind = _check.integer(prog_type, "program type", lo=0, hi=U32_MAX)
     from .program import Program  # the checked layer; imported late, needs the extension
 
     return Program.load_raw(insn_bytes, kind, license, name)

@@ -133,9 +133,15 @@ def struct_names(btf: CData) -> list[str]:
     return names
 
 
+def printable_name(name: str) -> str:
+    """A BTF name for output: bytes that are not UTF-8 (kept as surrogates by
+    ``btf__name_by_offset``, so the name finds its type again) shown as ``\\xNN``."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def struct_event_def(obj: BPFObject, name: str) -> EventDef:
     """``struct name`` of the object's BTF as an EventDef (see the module docstring)."""
     from .events import EventDef
 
     rows, size = struct_layout(obj._btf(), name)
-    return EventDef._from_layout(name, rows, size)
+    return EventDef._from_layout(printable_name(name), rows, size)

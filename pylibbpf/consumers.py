@@ -41,10 +41,10 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, NamedTuple
 
-from . import _close, _libbpf
+from . import _check, _close, _libbpf
 from ._close import current_pid
 from ._ffi import ffi, lib
-from ._reader import Callback, Waiter, check_callable
+from ._reader import Callback, Waiter
 from .errors import ClosedError
 from .object import Map
 from .ringbuf import SAFETY_NET_MS, RecordBuffer, RingBufLayout, busy_pause, require_map_type
@@ -62,6 +62,8 @@ _BYTES_PER_PENDING = 256
 _MIN_QUEUE_BYTES = 1 << 20
 _MAX_DEFAULT_QUEUE_BYTES = 64 << 20
 _MAX_QUEUE_BYTES = (1 << 31) - 1  # the queue's own bound (plb_queue_create: at most 2^31)
+#: The most records one batch may take (the batch's arrays are allocated for this many).
+MAX_BATCH_SIZE = 1 << 20
 
 
 class ConsumerStats(NamedTuple):
@@ -141,14 +143,9 @@ class _Consumer(abc.ABC):
     def __init__(self, map: Map, callback: Callback | None, deserializer: Callback | None,
                  batch_size: int) -> None:
         require_map_type(map, lib.BPF_MAP_TYPE_RINGBUF, type(self).__name__)
-        if callback is not None:
-            check_callable(callback, "callback")
-        if deserializer is not None:
-            check_callable(deserializer, "deserializer")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-            raise TypeError(f"batch_size must be an int, not {type(batch_size).__name__}")
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be > 0, got {batch_size}")
+        _check.optional_callable(callback, "callback")
+        _check.optional_callable(deserializer, "deserializer")
+        _check.integer(batch_size, "batch_size", lo=1, hi=MAX_BATCH_SIZE)
         self._map = map
         self._callback = callback
         self._deserializer = deserializer
@@ -273,8 +270,7 @@ class _Consumer(abc.ABC):
         is left stopping: ``running`` stays True until its thread has ended,
         the counters stay consistent, and a second stop() finishes the job.
         """
-        if drain_timeout < 0:
-            raise ValueError(f"drain_timeout must be >= 0, got {drain_timeout}")
+        drain_timeout = _check.number(drain_timeout, "drain_timeout", lo=0)
         if self._inherited_run():
             return
         if self._worker is threading.current_thread():
@@ -688,16 +684,9 @@ class BackpressureConsumer(_Consumer):
     def __init__(self, map: Map, callback: Callback | None, deserializer: Callback | None = None,
                  max_pending: int = 10000, drop_handler: Callback | None = None, batch_size: int = 64,
                  *, max_pending_bytes: int | None = None) -> None:
-        if isinstance(max_pending, bool) or not isinstance(max_pending, int):
-            raise TypeError(f"max_pending must be an int, not {type(max_pending).__name__}")
-        if max_pending <= 0:
-            raise ValueError(f"max_pending must be > 0, got {max_pending}")
-        if max_pending > _MAX_QUEUE_BYTES:
-            raise ValueError(f"max_pending must be at most {_MAX_QUEUE_BYTES}, got {max_pending}")
-        if max_pending_bytes is not None and not 0 < max_pending_bytes <= _MAX_QUEUE_BYTES:
-            raise ValueError(f"max_pending_bytes must be in 1..{_MAX_QUEUE_BYTES}, got {max_pending_bytes}")
-        if drop_handler is not None:
-            check_callable(drop_handler, "drop_handler")
+        _check.integer(max_pending, "max_pending", lo=1, hi=_MAX_QUEUE_BYTES)
+        _check.optional_integer(max_pending_bytes, "max_pending_bytes", lo=1, hi=_MAX_QUEUE_BYTES)
+        _check.optional_callable(drop_handler, "drop_handler")
         super().__init__(map, callback, deserializer, batch_size)
         self._max_pending = max_pending
         self._byte_cap = max_pending_bytes or max(_MIN_QUEUE_BYTES, min(max_pending * _BYTES_PER_PENDING,
@@ -774,6 +763,8 @@ class BackpressureConsumer(_Consumer):
     def healthy(self, max_drop_rate: float = 5.0, max_queue_utilization: float = 80.0) -> bool:
         """True when the drop rate (percent) is below ``max_drop_rate`` and the queue is
         filled below ``max_queue_utilization`` percent of ``max_pending``."""
+        max_drop_rate = _check.number(max_drop_rate, "max_drop_rate", lo=0)
+        max_queue_utilization = _check.number(max_queue_utilization, "max_queue_utilization", lo=0)
         s = self.stats()
         utilization = 100.0 * s.current_queue_size / s.queue_capacity
         return s.drop_rate < max_drop_rate and utilization < max_queue_utilization
@@ -917,10 +908,7 @@ class SamplingConsumer(BackpressureConsumer):
                  deserializer: Callback | None = None, seed: int | None = None, *, max_pending: int = 1000,
                  drop_handler: Callback | None = None, batch_size: int = 64,
                  max_pending_bytes: int | None = None) -> None:
-        if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, float)):
-            raise TypeError(f"sample_rate must be a number, not {type(sample_rate).__name__}")
-        if not 0.0 <= sample_rate <= 1.0:  # also refuses NaN
-            raise ValueError(f"sample_rate must be in [0, 1], got {sample_rate}")
+        _check.number(sample_rate, "sample_rate", lo=0.0, hi=1.0)
         super().__init__(map, callback, deserializer, max_pending, drop_handler, batch_size,
                          max_pending_bytes=max_pending_bytes)
         self._sample_rate = float(sample_rate)

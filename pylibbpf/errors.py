@@ -23,15 +23,33 @@ class BPFError(OSError):
 
 
 class LoadError(BPFError):
-    """The kernel refused to load a program; ``log`` holds the tail of the verifier log."""
+    """The kernel refused part of a load: a program (the verifier said no) or a map (creation failed).
 
-    def __init__(self, err: int, message: str, what: str, log: str) -> None:
+    ``stage`` says which: ``"program"`` (``log`` is the tail of the verifier
+    log), ``"map"`` (``log`` is the tail of libbpf's log about it) or
+    ``"object"`` (neither could be told apart: relocation, BTF, ...).
+    ``name`` is that program's or map's name ("" when unknown).
+    """
+
+    def __init__(self, err: int, message: str, what: str, log: str, stage: str = "program",
+                 name: str = "") -> None:
         super().__init__(err, message, what)
         self.log = log
+        self.stage = stage
+        self.name = name
 
     def __str__(self) -> str:
         base = super().__str__()
-        return f"{base}\n--- verifier log (tail) ---\n{self.log}" if self.log else base
+        named = f" {self.name!r}" if self.name else ""
+        if self.stage == "map":
+            base += f": map{named} could not be created"
+            title = "libbpf log (tail)"
+        elif self.stage == "program":
+            base += f": program{named} was refused" if named else ""
+            title = "verifier log (tail)"
+        else:
+            title = "libbpf log (tail)"
+        return f"{base}\n--- {title} ---\n{self.log}" if self.log else base
 
 
 class ClosedError(BPFError):

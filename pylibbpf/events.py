@@ -43,6 +43,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
+from . import _check
+
 __all__ = [
     "TYPES",
     "EventDef",
@@ -55,6 +57,11 @@ __all__ = [
     "make_event_parser",
     "make_event_serializer",
 ]
+
+
+#: The largest event, in bytes: a record a BPF ring buffer can hold (and a size struct and
+#: numpy can lay out without an overflow); counts and sizes beyond it are refused at definition.
+MAX_EVENT_SIZE = _check.INT32_MAX
 
 
 class _TypeInfo(NamedTuple):
@@ -190,11 +197,7 @@ def _check_type(event: str, field: str, type_name: object) -> str:
 
 
 def _check_count(event: str, field: str, count: object) -> int:
-    if isinstance(count, bool) or not isinstance(count, int):
-        raise TypeError(f"event {event!r}: count of field {field!r} must be an int, got {count!r}")
-    if count <= 0:
-        raise ValueError(f"event {event!r}: count of field {field!r} must be positive, got {count}")
-    return count
+    return _check.integer(count, f"event {event!r}: count of field {field!r}", lo=1, hi=MAX_EVENT_SIZE)
 
 
 def _check_event_name(name: object) -> str:
@@ -266,10 +269,7 @@ class EventDef:
         count as in :func:`defevent`.
         """
         name = _check_event_name(name)
-        if isinstance(size, bool) or not isinstance(size, int):
-            raise TypeError(f"event {name!r}: size must be an int, got {size!r}")
-        if size <= 0:
-            raise ValueError(f"event {name!r}: size must be positive, got {size}")
+        _check.integer(size, f"event {name!r}: size", lo=1, hi=MAX_EVENT_SIZE)
         checked: list[EventField] = []
         for i, f in enumerate(fields):
             fname = _check_field_name(name, i, f.name)

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
-from . import _close, _libbpf
+from . import _check, _close, _libbpf
 from ._ffi import ffi, lib
 from .errors import BPFError, ClosedError
 from .program import Link, Program
@@ -76,6 +76,7 @@ class BPFObject:
         self._name = name
         self._keepalive = keepalive  # buffers libbpf points into (ELF bytes, option strings)
         self._loaded = False
+        self._load_failed = False
         self._lock = threading.Lock()
         # Safety net only: close() is the contract, and disarms it.
         self._finalizer = _close.finalizer(self, _free_object, ptr, keepalive)
@@ -96,6 +97,12 @@ class BPFObject:
         BPFError for anything that is not a BPF ELF object, TypeError for other
         argument types.
         """
+        if btf_custom_path is not None:
+            btf_custom_path = _check.path(btf_custom_path, "btf_custom_path")
+        if kconfig is not None:
+            _check.string(kconfig, "kconfig")
+        if object_name is not None:
+            _check.string(object_name, "object_name")
         keep: list[Any] = []
         opts = ffi.new("struct bpf_object_open_opts *")
         opts.sz = ffi.sizeof("struct bpf_object_open_opts")
@@ -141,7 +148,11 @@ class BPFObject:
             ptr = self._check()
             if self._loaded:
                 raise BPFError(lib.EINVAL, "object is already loaded", f"bpf_object__load({self._name})")
-            _libbpf.bpf_object__load(ptr, f"bpf_object__load({self._name})")
+            try:
+                _libbpf.bpf_object__load(ptr, f"bpf_object__load({self._name})")
+            except BPFError:
+                self._load_failed = True  # libbpf cannot retry a load: only close() is left
+                raise
             self._loaded = True
         return self
 
@@ -218,7 +229,8 @@ class BPFObject:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._ptr is None else ("loaded" if self._loaded else "open")
+        state = ("closed" if self._ptr is None else "loaded" if self._loaded
+                 else "load failed" if self._load_failed else "open")
         return f"<BPFObject {self._name!r} {state}>"
 
 
@@ -337,6 +349,7 @@ class Map:
     def update(self, key: bytes | int, value: bytes | list[bytes], flags: int = 0) -> None:
         """Set ``key`` to ``value`` (flags: lib.BPF_ANY, BPF_NOEXIST, BPF_EXIST)."""
         what = f"bpf_map_update_elem({self.name})"
+        flags = _check.flags(flags, "flags")
         fd = self._loaded_fd(what)
         ckey = self._key(key, what)
         count, stride = self._value_layout()

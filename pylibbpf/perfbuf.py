@@ -20,14 +20,13 @@ import math
 import mmap
 import os
 import threading
-import time
 import weakref
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from . import _close, _libbpf
+from . import _check, _close, _libbpf
 from ._close import current_pid
 from ._ffi import ffi, lib
 from ._reader import (
@@ -40,8 +39,6 @@ from ._reader import (
     _u32_array,
     _u64_array,
     any_nonzero,
-    check_callable,
-    remaining_ms,
 )
 from .errors import BPFError, ClosedError
 from .events import EventDef
@@ -73,11 +70,9 @@ class PerfBuffer(BatchReader):
                  page_cnt: int = 8) -> None:
         super().__init__()
         require_map_type(map, lib.BPF_MAP_TYPE_PERF_EVENT_ARRAY, "PerfBuffer")
-        check_callable(callback, "callback")
-        if lost_callback is not None:
-            check_callable(lost_callback, "lost_callback")
-        if page_cnt <= 0 or page_cnt & (page_cnt - 1):
-            raise ValueError(f"page_cnt must be a power of two, got {page_cnt}")
+        _check.callable_(callback, "callback")
+        _check.optional_callable(lost_callback, "lost_callback")
+        page_cnt = _page_cnt(page_cnt)
         self._callback = callback
         self._lost_callback = lost_callback
         self.lost_samples = 0
@@ -87,7 +82,7 @@ class PerfBuffer(BatchReader):
         # libbpf keeps the map fd and deletes its CPUs' entries through it when freed:
         # a dup, so that closing the BPF object first cannot make that hit another map
         # that reused the fd number (as _PerfRings does).
-        map_fd = os.dup(map.fd)
+        map_fd = _libbpf.dup(map.fd, f"PerfBuffer: map {map.name!r}")
         try:
             pb = _libbpf.perf_buffer__new(map_fd, page_cnt, self._batch, f"perf_buffer__new({map.name})")
         except BaseException:
@@ -124,6 +119,7 @@ class PerfBuffer(BatchReader):
         view was taken, the view reads zeros (the kernel does not copy perf
         mappings into a child).
         """
+        i = _check.integer(i, "i")
         self._check_open()
         count = _libbpf.perf_buffer__buffer_cnt(self._pb)
         if not 0 <= i < count:
@@ -136,6 +132,7 @@ class PerfBuffer(BatchReader):
 
     def buffer_fd(self, i: int) -> int:
         """The perf event fd of ring ``i`` (``perf_buffer__buffer_fd``)."""
+        i = _check.integer(i, "i", lo=0, hi=_check.INT32_MAX)
         self._check_open()
         return _libbpf.perf_buffer__buffer_fd(self._pb, i, f"perf_buffer__buffer_fd({i})")
 
@@ -146,22 +143,38 @@ class PerfBuffer(BatchReader):
 
     def _taken(self, batch: Batch) -> Batch:
         """read_batch: ``batch.tags[i]`` is the CPU of sample ``i``; lost-sample notices are
-        taken out of the batch, counted in ``lost_samples`` and passed to ``lost_callback``."""
-        for cpu, count in batch.take_lost():
+        taken out of the batch, counted in ``lost_samples`` and passed to ``lost_callback``.
+
+        A ``lost_callback`` that raises stops there and the exception propagates:
+        the notices up to that one are handled (counted once), and the rest of the
+        batch (every sample, the later notices) stays pending for the next call.
+        """
+        notices = [i for i, n in enumerate(batch.lost) if n] if any_nonzero(batch.lost) else []
+        for k, i in enumerate(notices):
+            cpu, count = batch.tags[i], batch.lost[i]
             self.lost_samples += count
             if self._lost_callback is not None:
-                self._lost_callback(cpu, count)
+                try:
+                    self._lost_callback(cpu, count)
+                except BaseException:
+                    handled = set(notices[:k + 1])
+                    batch.keep([j for j in range(len(batch.starts)) if j not in handled])
+                    if len(batch):
+                        self._pending = batch
+                    raise
+        if notices:
+            batch.keep([j for j, n in enumerate(batch.lost) if not n])
         return batch
 
     async def events(self) -> AsyncIterator[tuple[int, memoryview]]:
         """``async for cpu, data in pb.events()``: every sample; losses counted as in read_batch.
 
         Ends when the buffer is closed; cancelling the task leaves nothing running.
+        Leaving the loop (``break``, cancelling the task) keeps the samples
+        drained but not yet yielded for the next ``events()``/``poll()``/``read_batch()``.
         """
-        async for batch in self._batches():
-            view = batch.view
-            for cpu, start, length in zip(batch.tags, batch.starts, batch.lens, strict=True):
-                yield cpu, view[start:start + length]
+        async for batch, i in self._records():
+            yield batch.tags[i], batch[i]
 
     def _drain(self) -> None:
         """Copy what every CPU's ring holds into a batch (lock held)."""
@@ -342,19 +355,17 @@ def _ring_cpus(m: Map, who: str) -> list[int]:
     return cpus
 
 
-def _deadline(timeout: float | None) -> float | None:
-    """The monotonic deadline of a timeout in seconds (None: none)."""
-    if timeout is None:
-        return None
-    if not timeout >= 0:  # also refuses NaN
-        raise ValueError(f"timeout must be None or >= 0 seconds, got {timeout!r}")
-    return time.monotonic() + timeout
+#: The most pages a perf ring may have (libbpf multiplies them by the page size in a size_t,
+#: the kernel caps a ring far below: this bound only keeps the number sane).
+_MAX_PAGE_CNT = 1 << 20
 
 
-def _positive_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    return value
+def _page_cnt(page_cnt: object) -> int:
+    """``page_cnt`` checked: an int, a power of two, at most _MAX_PAGE_CNT."""
+    page_cnt = _check.integer(page_cnt, "page_cnt", lo=1, hi=_MAX_PAGE_CNT)
+    if page_cnt & (page_cnt - 1):
+        raise ValueError(f"page_cnt must be a power of two, got {page_cnt}")
+    return page_cnt
 
 
 def _address(ptr: CData) -> int:
@@ -394,7 +405,7 @@ class _PerfRings:
 
     def __init__(self, m: Map, who: str, page_cnt: int, attr: CData, event_cb: CData, ctx: CData) -> None:
         self.cpus = _ring_cpus(m, who)
-        self.map_fd = os.dup(m.fd)
+        self.map_fd = _libbpf.dup(m.fd, f"{who}: map {m.name!r}")
         try:
             n = len(self.cpus)
             opts = ffi.new("struct perf_buffer_raw_opts *")
@@ -435,7 +446,7 @@ class _RingBufMaps:
         self._finalizer = _close.finalizer(self, _RingBufMaps._free, self.mappings, self.fds)
         try:
             for m in maps:
-                self.fds.append(os.dup(m.fd))
+                self.fds.append(_libbpf.dup(m.fd, f"OrderedReader: map {m.name!r}"))
                 mapping = ffi.new("struct plb_rb_mapping *")
                 _libbpf.plb_rb_map(self.fds[-1], m.max_entries, mapping, f"plb_rb_map({m.name})")
                 self.mappings.append(mapping)
@@ -499,18 +510,14 @@ class PerfReader(_RecordReader):
                  wakeup_events: int | None = None) -> None:
         super().__init__()
         require_map_type(map, lib.BPF_MAP_TYPE_PERF_EVENT_ARRAY, "PerfReader")
-        per_cpu_buffer = _positive_int(per_cpu_buffer, "per_cpu_buffer")
-        watermark = _positive_int(watermark, "watermark")
-        if per_cpu_buffer <= 0:
-            raise ValueError(f"per_cpu_buffer must be > 0 bytes, got {per_cpu_buffer}")
+        per_cpu_buffer = _check.integer(per_cpu_buffer, "per_cpu_buffer", lo=1, hi=_MAX_PAGE_CNT * mmap.PAGESIZE)
+        watermark = _check.integer(watermark, "watermark")
         pages = 1 << max(0, math.ceil(per_cpu_buffer / mmap.PAGESIZE) - 1).bit_length()
         self._buffer_size = pages * mmap.PAGESIZE
         if not 0 <= watermark < self._buffer_size:
             raise ValueError(f"watermark must be >= 0 and below the ring size {self._buffer_size}, got {watermark}")
         if wakeup_events is not None:
-            wakeup_events = _positive_int(wakeup_events, "wakeup_events")
-            if wakeup_events < 1:
-                raise ValueError(f"wakeup_events must be >= 1, got {wakeup_events}")
+            wakeup_events = _check.integer(wakeup_events, "wakeup_events", lo=1, hi=_check.UINT32_MAX)
             if watermark:
                 raise ValueError("watermark and wakeup_events cannot both be set")
         attr = _libbpf.plb_perf_attr_new(lib.PLB_PERF_SAMPLE_RAW, wakeup_events or 1, watermark, -1)
@@ -594,7 +601,9 @@ class PerfReader(_RecordReader):
             self._paused = False
 
     def _next_into(self, rec: Record, timeout: float | None, reuse: bool) -> None:
-        deadline = _deadline(timeout)
+        deadline = _check.deadline(timeout)
+        if reuse and not isinstance(rec, Record):
+            raise TypeError(f"record must be a Record, got {type(rec).__name__}")
         self._check_open()
         with self._lock:
             self._check_open()
@@ -602,7 +611,7 @@ class PerfReader(_RecordReader):
                 self._drain()
                 if self._pending is not None:
                     break
-                wait_ms = remaining_ms(deadline)
+                wait_ms = _check.remaining_ms(deadline)
                 if wait_ms == 0:
                     raise TimeoutError(f"PerfReader: no record within {timeout} s")
                 self._wait(wait_ms)
@@ -637,6 +646,9 @@ class PerfReader(_RecordReader):
 
 
 _LATE_POLICIES = {"deliver": "PLB_LATE_DELIVER", "drop": "PLB_LATE_DROP"}
+#: The longest merge window: a day, in ms (its ns must fit the merge's u64, and a longer one
+#: would hold records back for longer than anyone waits).
+_MAX_WINDOW_MS = 86_400_000
 
 
 def _timestamp_offset(timestamp: object, event: EventDef | None) -> int | None:
@@ -713,15 +725,9 @@ class OrderedReader(_RecordReader):
         super().__init__()
         perf, maps = self._sources(map)
         offset = _timestamp_offset(timestamp, event)
-        if not (isinstance(window_ms, (int, float)) and not isinstance(window_ms, bool)):
-            raise TypeError(f"window_ms must be a number, not {type(window_ms).__name__}")
-        if not 0 <= window_ms < 1e12:
-            raise ValueError(f"window_ms must be >= 0, got {window_ms!r}")
-        if late not in _LATE_POLICIES:
-            raise ValueError(f"late must be 'deliver' or 'drop', got {late!r}")
-        page_cnt = _positive_int(page_cnt, "page_cnt")
-        if page_cnt <= 0 or page_cnt & (page_cnt - 1):
-            raise ValueError(f"page_cnt must be a power of two, got {page_cnt}")
+        window_ms = _check.number(window_ms, "window_ms", lo=0, hi=_MAX_WINDOW_MS)
+        _check.choice(late, "late", _LATE_POLICIES)
+        page_cnt = _page_cnt(page_cnt)
         if offset is None and not perf:
             raise ValueError("timestamp='kernel' needs a perf event array: ring buffer records have no "
                              "sample time; give the offset or field name of a u64 timestamp")
@@ -831,7 +837,7 @@ class OrderedReader(_RecordReader):
         (``lost_samples > 0``, no data, ``timestamp`` 0) come where the merge
         met them. The sample is a ``bytes`` copy.
         """
-        deadline = _deadline(timeout)
+        deadline = _check.deadline(timeout)
         self._check_open()
         with self._lock:
             batch = self._pending_or_collect(deadline)
@@ -857,7 +863,7 @@ class OrderedReader(_RecordReader):
         samples notices are moved to ``batch.lost_notices`` (so a batch holding
         only notices has ``len`` 0). ClosedError and BPFError as for ``read``.
         """
-        deadline = _deadline(timeout)
+        deadline = _check.deadline(timeout)
         self._check_open()
         with self._lock:
             batch = self._pending_or_collect(deadline)
@@ -923,7 +929,7 @@ class OrderedReader(_RecordReader):
                 _libbpf.plb_full_fence()
                 rechecked = True
                 continue
-            user_ms = remaining_ms(deadline)
+            user_ms = _check.remaining_ms(deadline)
             if user_ms == 0:
                 return None
             wait_ms = user_ms if merge_ms < 0 or 0 <= user_ms < merge_ms else merge_ms

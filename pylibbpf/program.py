@@ -600,9 +600,11 @@ class Program:
         types without test-run support).
         """
         what = f"bpf_prog_test_run_opts({self.name})"
+        data, ctx = bytes(_check.buffer(data, "data")), bytes(_check.buffer(ctx, "ctx"))
+        repeat = _check.integer(repeat, "repeat", lo=1, hi=_check.UINT32_MAX)
+        cpu = _check.optional_integer(cpu, "cpu", lo=0, hi=_check.UINT32_MAX)
+        data_size_out = _check.optional_integer(data_size_out, "data_size_out", lo=0, hi=_check.UINT32_MAX)
         fd = self._loaded_fd(what)
-        if repeat < 1:
-            raise ValueError(f"repeat must be >= 1, got {repeat}")
         opts = ffi.new("struct bpf_test_run_opts *")
         opts.sz = ffi.sizeof("struct bpf_test_run_opts")
         keep = []

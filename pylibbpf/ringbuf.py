@@ -26,7 +26,7 @@ from typing import Any
 
 from . import _check, _close, _libbpf
 from ._ffi import ffi, lib
-from ._reader import Batch, BatchReader, Callback, Closable, OneCaller, Waiter, check_callable, remaining_ms
+from ._reader import Batch, BatchReader, Callback, Closable, OneCaller, Waiter
 from .errors import BPFError
 from .object import Map
 
@@ -70,10 +70,8 @@ class RingBuffer(BatchReader):
     def __init__(self, map: Map, callback: Callback, *, max_batch: int = DEFAULT_MAX_BATCH) -> None:
         super().__init__()
         require_map_type(map, lib.BPF_MAP_TYPE_RINGBUF, "RingBuffer")
-        check_callable(callback, "callback")
-        if max_batch <= 0:
-            raise ValueError(f"max_batch must be > 0, got {max_batch}")
-        self._max_batch = max_batch
+        _check.callable_(callback, "callback")
+        self._max_batch = _check.integer(max_batch, "max_batch", lo=1, hi=_check.INT32_MAX)
         self._batch = _libbpf.plb_batch_new(256, 64 * 1024)
         self._batch.byte_limit = DEFAULT_BATCH_BYTES
         self._callbacks: list[Callback] = [callback]
@@ -91,7 +89,7 @@ class RingBuffer(BatchReader):
     def add(self, map: Map, callback: Callback) -> None:
         """Read one more ring buffer map through the same poll; its records go to ``callback``."""
         require_map_type(map, lib.BPF_MAP_TYPE_RINGBUF, "RingBuffer.add")
-        check_callable(callback, "callback")
+        _check.callable_(callback, "callback")
         self._check_open()  # in a forked child: before the lock
         with self._lock:
             self._check_open()
@@ -115,10 +113,11 @@ class RingBuffer(BatchReader):
         Waits with ``loop.add_reader`` on the reader's epoll fd; the iteration
         ends when the buffer is closed; cancelling the task leaves nothing running.
         The callback given at construction is not called for these records.
+        Leaving the loop (``break``, cancelling the task) keeps the records
+        drained but not yet yielded for the next ``events()``/``poll()``/``read_batch()``.
         """
-        async for batch in self._batches():
-            for data in batch:
-                yield data
+        async for batch, i in self._records():
+            yield batch[i]
 
     def _drain(self) -> None:
         """Copy up to max_batch records (or about DEFAULT_BATCH_BYTES) out of the kernel rings (lock held)."""
@@ -141,7 +140,7 @@ class RingBuffer(BatchReader):
                 for start, length in zip(islice(starts, i, None), islice(lens, i, None)):
                     i += 1
                     ret = callback(view[start:start + length])
-                    if ret is not None and ret < 0:
+                    if ret is not None and _stops(ret, callback):
                         break
             else:
                 tags = batch.tags
@@ -149,7 +148,7 @@ class RingBuffer(BatchReader):
                                                islice(tags, i, None)):
                     i += 1
                     ret = callbacks[ring](view[start:start + length])
-                    if ret is not None and ret < 0:
+                    if ret is not None and _stops(ret, callbacks[ring]):
                         break
         finally:
             batch.next = i
@@ -166,6 +165,18 @@ class RingBuffer(BatchReader):
         # Safety net only: close() is the contract.
         if not getattr(self, "_closed", True) and getattr(self, "_rb", ffi.NULL) != ffi.NULL:
             self.close()
+
+
+def _stops(ret: object, callback: Callback) -> bool:
+    """Whether a callback's return value (not None) stops the poll: a negative int, as in libbpf.
+
+    Anything but an int raises TypeError naming the callback (its record counts as delivered).
+    """
+    if isinstance(ret, bool) or not isinstance(ret, int):
+        name = getattr(callback, "__qualname__", type(callback).__name__)
+        raise TypeError(f"callback {name} must return None or an int, returned {ret!r:.60} "
+                        f"({type(ret).__name__})")
+    return ret < 0
 
 
 # --- the mmap layer ----------------------------------------------------------------------------
@@ -400,8 +411,9 @@ def read_ringbuf_events(layout: RingBufLayout, max_events: int | None = None) ->
     is returned by a later call). ClosedError once the layout is unmapped;
     BPFError(EBADMSG) when the ring's memory is not a valid ring.
     """
-    if max_events is not None and max_events < 0:
-        raise ValueError(f"max_events must be >= 0 or None, got {max_events}")
+    max_events = _check.optional_integer(max_events, "max_events", lo=0)
+    if not isinstance(layout, RingBufLayout):
+        raise TypeError(f"layout must be a RingBufLayout (from map_ringbuf), got {type(layout).__name__}")
     if max_events == 0:
         return []
     with layout._turn():
@@ -418,10 +430,8 @@ def peek_ringbuf_events(map: Map | RingBufLayout, max_events: int | None = 10,
     ``deserializer`` when one is given; an exception it raises propagates
     (nothing was consumed). Never blocks.
     """
-    if deserializer is not None:
-        check_callable(deserializer, "deserializer")
-    if max_events is not None and max_events < 0:
-        raise ValueError(f"max_events must be >= 0 or None, got {max_events}")
+    _check.optional_callable(deserializer, "deserializer")
+    max_events = _check.optional_integer(max_events, "max_events", lo=0)
     if isinstance(map, RingBufLayout):
         layout, owned = map, False
     else:
@@ -455,11 +465,10 @@ def process_events(map: Map, callback: Callback, max_events: int | None = None, 
     twice (as with :class:`RingBuffer`). A record is consumed only once it
     has been handed to user code.
     """
-    check_callable(callback, "callback")
-    if deserializer is not None:
-        check_callable(deserializer, "deserializer")
-    if max_events is not None and max_events < 0:
-        raise ValueError(f"max_events must be >= 0 or None, got {max_events}")
+    _check.callable_(callback, "callback")
+    _check.optional_callable(deserializer, "deserializer")
+    max_events = _check.optional_integer(max_events, "max_events", lo=0)
+    timeout_ms = _check.timeout_ms(timeout_ms)
     deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
     done = 0
     with RingBufLayout(map) as layout:
@@ -475,7 +484,7 @@ def process_events(map: Map, callback: Callback, max_events: int | None = None, 
                 if records:
                     idle = 0
                     continue
-                left = remaining_ms(deadline)
+                left = _check.remaining_ms(deadline)
                 if left == 0:
                     break
                 if idle:
@@ -572,7 +581,7 @@ class UserRingBuffer(Closable):
                     raise ValueError(f"UserRingBuffer: a record of {size} bytes does not fit the ring")
                 if err != errno.ENOSPC:
                     raise _libbpf.error(err, "user_ring_buffer__reserve")
-                left = remaining_ms(until)
+                left = _check.remaining_ms(until)
                 if left == 0:
                     raise TimeoutError(f"UserRingBuffer: no room for {size} bytes within {timeout} s")
                 self._wait(left)

@@ -68,6 +68,14 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: f
     return predicate()
 
 
+def blocked_in_epoll(tid: int) -> bool:
+    """Thread ``tid`` of this process sleeps in epoll_wait (the kernel's wchan), where every reader blocks.
+
+    A reader that spun (epoll_wait with a zero timeout, again and again) would never be seen here."""
+    with open(f"/proc/self/task/{tid}/wchan") as f:
+        return f.read() == "do_epoll_wait"
+
+
 def accounted(s: Any) -> bool:
     """A queueing consumer's stats account for every record read: processed, dropped, queued or failed."""
     return bool(s.events_read == s.events_processed + s.events_dropped + s.current_queue_size + s.errors)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from progs import emit_ring
 
 from pylibbpf import (
     BackpressureConsumer,
@@ -125,6 +127,28 @@ def _then_close(thing: Any, use: Callable[[Any], Any]) -> Any:
         return use(thing)
 
 
+def _returns_str(_data: memoryview) -> str:
+    return "done"
+
+
+def _poll_one(c: Ctx, rb: RingBuffer) -> int:
+    """Write one record into ringbuf.bpf.c's rb and poll it."""
+    emit_ring(c.rb.programs["emit"], 1)
+    return rb.poll(1000)
+
+
+def _fd_closed_underneath(fd: int, use: Callable[[], Any]) -> Any:
+    """Close ``fd`` behind its owner's back, try ``use``, then put an fd back at that number
+    (the owner closes it)."""
+    saved = os.dup(fd)
+    os.close(fd)
+    try:
+        return use()
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+
+
 CASES: list[Case] = [
     # --- paths and bytes ------------------------------------------------------------------------
     Case("`BPFObject.open('/nonexistent/x.bpf.o')`", lambda c: BPFObject.open("/nonexistent/x.bpf.o"),
@@ -157,6 +181,16 @@ CASES: list[Case] = [
          TypeError, r"value must be bytes, not str"),
     Case("`map.update(0, bytes(3))` (a short value)",
          lambda c: c.rb.maps["failed_reserves"].update(0, bytes(3)), ValueError, r"value is 3 bytes, .* 8-byte values"),
+    Case("`prog.test_run(repeat=None)`", lambda c: c.rb.programs["emit"].test_run(repeat=None),  # type: ignore[arg-type]
+         TypeError, r"repeat must be an int, got None \(NoneType\)"),
+    Case("`prog.test_run(repeat=nan)`", lambda c: c.rb.programs["emit"].test_run(repeat=math.nan),  # type: ignore[arg-type]
+         TypeError, r"repeat must be an int, got nan \(float\)"),
+    Case("`prog.test_run(cpu=-1)`", lambda c: c.perf.programs["emit_perf"].test_run(cpu=-1),
+         ValueError, r"cpu must be >= 0, got -1"),
+    Case("`prog.test_run(data='text')`", lambda c: c.rb.programs["emit"].test_run(data="text"),  # type: ignore[arg-type]
+         TypeError, r"data must be bytes-like, got a str 'text' \(encode it first\)"),
+    Case("`map.update(0, bytes(8), flags=-1)`", lambda c: c.rb.maps["failed_reserves"].update(0, bytes(8), flags=-1),
+         ValueError, r"flags must be >= 0, got -1"),
     Case("`map.delete(0)` on an array map", lambda c: c.rb.maps["failed_reserves"].delete(0),
          BPFError, r"\[Errno 22\] Invalid argument"),
     # --- map types --------------------------------------------------------------------------------
@@ -182,13 +216,28 @@ CASES: list[Case] = [
          BPFError, r"map 'rb' is not created: call BPFObject.load\(\) first"),
     # --- options ----------------------------------------------------------------------------------
     Case("`RingBuffer(map, 42)` (callback not callable)", lambda c: RingBuffer(c.rb.maps["rb"], 42),  # type: ignore[arg-type]
-         TypeError, r"callback must be callable, not int"),
+         TypeError, r"callback must be callable, got 42 \(int\)"),
     Case("`RingBuffer(map, cb, max_batch=0)`", lambda c: RingBuffer(c.rb.maps["rb"], _nothing, max_batch=0),
-         ValueError, r"max_batch must be > 0, got 0"),
+         ValueError, r"max_batch must be >= 1, got 0"),
+    Case("`RingBuffer(map, cb, max_batch=None)`",
+         lambda c: RingBuffer(c.rb.maps["rb"], _nothing, max_batch=None),  # type: ignore[arg-type]
+         TypeError, r"max_batch must be an int, got None \(NoneType\)"),
+    Case("`RingBuffer(map, cb, max_batch=0.5)`",
+         lambda c: RingBuffer(c.rb.maps["rb"], _nothing, max_batch=0.5),  # type: ignore[arg-type]
+         TypeError, r"max_batch must be an int, got 0.5 \(float\)"),
+    Case("`RingBuffer(map, cb, max_batch=nan)`",
+         lambda c: RingBuffer(c.rb.maps["rb"], _nothing, max_batch=math.nan),  # type: ignore[arg-type]
+         TypeError, r"max_batch must be an int, got nan \(float\)"),
+    Case("`PerfBuffer(map, cb, page_cnt=None)`",
+         lambda c: PerfBuffer(c.perf.maps["events"], _nothing, page_cnt=None),  # type: ignore[arg-type]
+         TypeError, r"page_cnt must be an int, got None \(NoneType\)"),
+    Case("`PerfBuffer(map, cb, page_cnt=0.5)`",
+         lambda c: PerfBuffer(c.perf.maps["events"], _nothing, page_cnt=0.5),  # type: ignore[arg-type]
+         TypeError, r"page_cnt must be an int, got 0.5 \(float\)"),
     Case("`PerfBuffer(map, cb, page_cnt=3)`", lambda c: PerfBuffer(c.perf.maps["events"], _nothing, page_cnt=3),
          ValueError, r"page_cnt must be a power of two, got 3"),
     Case("`PerfReader(map, per_cpu_buffer=0)`", lambda c: PerfReader(c.perf.maps["events"], per_cpu_buffer=0),
-         ValueError, r"per_cpu_buffer must be > 0 bytes, got 0"),
+         ValueError, r"per_cpu_buffer must be >= 1, got 0"),
     Case("`PerfReader(map, watermark=4096)` (the whole ring)",
          lambda c: PerfReader(c.perf.maps["events"], watermark=4096),
          ValueError, r"watermark must be >= 0 and below the ring size 4096, got 4096"),
@@ -196,7 +245,7 @@ CASES: list[Case] = [
          lambda c: PerfReader(c.perf.maps["events"], watermark=64, wakeup_events=2),
          ValueError, r"watermark and wakeup_events cannot both be set"),
     Case("`OrderedReader(map, late='reorder')`", lambda c: OrderedReader(c.ordered.maps["events"], late="reorder"),
-         ValueError, r"late must be 'deliver' or 'drop', got 'reorder'"),
+         ValueError, r"late must be one of 'deliver', 'drop'; got 'reorder'"),
     Case("`OrderedReader(map, window_ms=-1)`", lambda c: OrderedReader(c.ordered.maps["events"], window_ms=-1),
          ValueError, r"window_ms must be >= 0, got -1"),
     Case("`OrderedReader(map, timestamp='ts')` (no `event=`)",
@@ -209,28 +258,34 @@ CASES: list[Case] = [
          TypeError, r"timestamp must be 'kernel', a byte offset or a field name, not a bool"),
     Case("`BackpressureConsumer(map, cb, max_pending=0)`",
          lambda c: BackpressureConsumer(c.rb.maps["rb"], _nothing, max_pending=0),
-         ValueError, r"max_pending must be > 0, got 0"),
+         ValueError, r"max_pending must be >= 1, got 0"),
     Case("`BackpressureConsumer(map, cb, max_pending='10')`",
          lambda c: BackpressureConsumer(c.rb.maps["rb"], _nothing, max_pending="10"),  # type: ignore[arg-type]
-         TypeError, r"max_pending must be an int, not str"),
+         TypeError, r"max_pending must be an int, got '10' \(str\)"),
     Case("`SamplingConsumer(map, cb, sample_rate=1.5)`",
          lambda c: SamplingConsumer(c.rb.maps["rb"], _nothing, sample_rate=1.5),
-         ValueError, r"sample_rate must be in \[0, 1\], got 1.5"),
+         ValueError, r"sample_rate must be <= 1.0, got 1.5"),
     Case("`SamplingConsumer(map, cb, sample_rate=nan)`",
          lambda c: SamplingConsumer(c.rb.maps["rb"], _nothing, sample_rate=math.nan),
-         ValueError, r"sample_rate must be in \[0, 1\], got nan"),
+         ValueError, r"sample_rate must be a finite number, got nan"),
     Case("`RingBufConsumer(map, cb, batch_size=0)`",
          lambda c: RingBufConsumer(c.rb.maps["rb"], _nothing, batch_size=0),
-         ValueError, r"batch_size must be > 0, got 0"),
+         ValueError, r"batch_size must be >= 1, got 0"),
+    Case("`RingBufConsumer(map, cb, batch_size=2**31)`",
+         lambda c: RingBufConsumer(c.rb.maps["rb"], _nothing, batch_size=2**31),
+         ValueError, r"batch_size must be <= 1048576, got 2147483648"),
     Case("`RingBufConsumer(map, cb, deserializer=5)`",
          lambda c: RingBufConsumer(c.rb.maps["rb"], _nothing, deserializer=5),  # type: ignore[arg-type]
-         TypeError, r"deserializer must be callable, not int"),
+         TypeError, r"deserializer must be callable, got 5 \(int\)"),
     Case("`process_events(map, 'print')` (callback not callable)",
          lambda c: process_events(c.rb.maps["rb"], "print"),  # type: ignore[arg-type]
-         TypeError, r"callback must be callable, not str"),
+         TypeError, r"callback must be callable, got 'print' \(str\)"),
     Case("`peek_ringbuf_events(map, max_events=-1)`",
          lambda c: peek_ringbuf_events(c.rb.maps["rb"], max_events=-1),
-         ValueError, r"max_events must be >= 0 or None, got -1"),
+         ValueError, r"max_events must be >= 0, got -1"),
+    Case("`RingBuffer(map, cb)` whose callback returns `'done'`",
+         lambda c: _then_close(RingBuffer(c.rb.maps["rb"], _returns_str), lambda rb: _poll_one(c, rb)),
+         TypeError, r"callback _returns_str must return None or an int, returned 'done' \(str\)"),
     # --- buffers ----------------------------------------------------------------------------------
     Case("`ConnectionEvent.parse(b'short')`", lambda c: Conn.parse(b"short"),
          ValueError, r"event 'ConnectionEvent' needs 29 bytes, buffer has 5"),
@@ -240,7 +295,7 @@ CASES: list[Case] = [
          ValueError, r"field 'comm' holds 16 bytes, got 17"),
     Case("`read_ringbuf_events(layout, max_events=-1)`",
          lambda c: _then_close(map_ringbuf(c.rb.maps["rb"]), lambda lay: read_ringbuf_events(lay, -1)),
-         ValueError, r"max_events must be >= 0 or None, got -1"),
+         ValueError, r"max_events must be >= 0, got -1"),
     Case("`perf_buffer.buffer(99)` (no such ring)",
          lambda c: _then_close(PerfBuffer(c.perf.maps["events"], _nothing), lambda pb: pb.buffer(99)),
          IndexError, r"perf buffer slot 99 out of range"),
@@ -250,7 +305,13 @@ CASES: list[Case] = [
     Case("`defevent('E', ('x', 'u32'), ('x', 'u8'))`", lambda c: defevent("E", ("x", "u32"), ("x", "u8")),
          ValueError, r"duplicate field name 'x'"),
     Case("`defevent('E', ('x', 'u8', 0))`", lambda c: defevent("E", ("x", "u8", 0)),
-         ValueError, r"count of field 'x' must be positive, got 0"),
+         ValueError, r"count of field 'x' must be >= 1, got 0"),
+    Case("`defevent('E', ('x', 'u8', 2**62))`", lambda c: defevent("E", ("x", "u8", 2**62)),
+         ValueError, r"event 'E': count of field 'x' must be <= 2147483647, got 4611686018427387904"),
+    Case("`defevent('E', ('x', 'u64', 2**31 - 1))` (16 GiB)", lambda c: defevent("E", ("x", "u64", 2**31 - 1)),
+         ValueError, r"event 'E': size must be <= 2147483647, got 17179869176"),
+    Case("`defevent('E', ('x', 'u8', None))`", lambda c: defevent("E", ("x", "u8", None)),
+         TypeError, r"event 'E': count of field 'x' must be an int, got None"),
     Case("`defevent('E', ('x', 'u8'), layout='weird')`", lambda c: defevent("E", ("x", "u8"), layout="weird"),
          ValueError, r"unknown layout 'weird'"),
     Case("`defevent('E')` (no fields)", lambda c: defevent("E"), ValueError, r"event 'E' has no fields"),
@@ -278,7 +339,7 @@ CASES: list[Case] = [
     Case("`store_event_fields('r6', ConnectionEvent, {'pid': {'bad': 1}})`",
          lambda c: store_event_fields("r6", Conn, {"pid": {"bad": 1}}),
          ValueError, r"expected \{'reg': register\} or \{'imm': int\}"),
-    Case("`mov('r0', 2**40)`", lambda c: mov("r0", 2**40), ValueError, r"immediate 1099511627776 out of range"),
+    Case("`mov('r0', 2**40)`", lambda c: mov("r0", 2**40), ValueError, r"immediate must be <= \d+, got 1099511627776"),
     Case("`load_program([], 'syscall')`", lambda c: load_program([], "syscall"),
          ValueError, r"cannot load an empty program"),
     Case("`load_program(insns, 'nosuchtype')`", lambda c: load_program([mov("r0", 0), exit_()], "nosuchtype"),
@@ -371,19 +432,44 @@ CASES: list[Case] = [
     # --- timeouts ---------------------------------------------------------------------------------
     Case("`perf_reader.read(timeout=-1)`",
          lambda c: _then_close(PerfReader(c.perf.maps["events"]), lambda r: r.read(timeout=-1)),
-         ValueError, r"timeout must be None or >= 0 seconds, got -1"),
+         ValueError, r"timeout must be >= 0.0, got -1"),
     Case("`ordered_reader.read(timeout=nan)`",
          lambda c: _then_close(OrderedReader(c.ordered.maps["events"]), lambda r: r.read(timeout=math.nan)),
-         ValueError, r"timeout must be None or >= 0 seconds, got nan"),
+         ValueError, r"timeout must be a finite number, got nan"),
     Case("`perf_reader.read(timeout=0)` with nothing to read",
          lambda c: _then_close(PerfReader(c.perf.maps["events"]), lambda r: r.read(timeout=0)),
          TimeoutError, r"PerfReader: no record within 0 s"),
     Case("`ordered_reader.read(timeout=0)` with nothing to read",
          lambda c: _then_close(OrderedReader(c.ordered.maps["events"]), lambda r: r.read(timeout=0)),
          TimeoutError, r"OrderedReader: no record within 0 s"),
+    Case("`ring_buffer.poll(None)`",
+         lambda c: _then_close(RingBuffer(c.rb.maps["rb"], _nothing), lambda rb: rb.poll(None)),
+         TypeError, r"timeout_ms must be an int, got None \(NoneType\)"),
+    Case("`perf_buffer.poll(2**31)` (more than a C int of ms)",
+         lambda c: _then_close(PerfBuffer(c.perf.maps["events"], _nothing), lambda pb: pb.poll(2**31)),
+         ValueError, r"timeout_ms must be <= 2147483647, got 2147483648"),
+    Case("`process_events(map, cb, timeout_ms=0.5)`",
+         lambda c: process_events(c.rb.maps["rb"], _nothing, timeout_ms=0.5),  # type: ignore[arg-type]
+         TypeError, r"timeout_ms must be an int, got 0.5 \(float\)"),
+    Case("`consumer.stop(drain_timeout=None)`",
+         lambda c: BackpressureConsumer(c.rb.maps["rb"], _nothing).stop(drain_timeout=None),  # type: ignore[arg-type]
+         TypeError, r"drain_timeout must be a number, got None \(NoneType\)"),
+    Case("`consumer.stop(drain_timeout=nan)`",
+         lambda c: BackpressureConsumer(c.rb.maps["rb"], _nothing).stop(drain_timeout=math.nan),
+         ValueError, r"drain_timeout must be a finite number, got nan"),
     Case("`consumer.stop(drain_timeout=-1)`",
          lambda c: BackpressureConsumer(c.rb.maps["rb"], _nothing).stop(drain_timeout=-1),
          ValueError, r"drain_timeout must be >= 0, got -1"),
+    # --- fds closed underneath ----------------------------------------------------------------------
+    Case("`PerfBuffer(map, cb)` after `os.close(map.fd)`",
+         lambda c: _fd_closed_underneath(c.perf.maps["events"].fd, lambda: PerfBuffer(c.perf.maps["events"], _nothing)),
+         BPFError, r"\[Errno 9\] Bad file descriptor \(closed underneath\?\): .PerfBuffer: map 'events'"),
+    Case("`OrderedReader(map)` after `os.close(map.fd)`",
+         lambda c: _fd_closed_underneath(c.ordered.maps["events"].fd, lambda: OrderedReader(c.ordered.maps["events"])),
+         BPFError, r"\[Errno 9\] Bad file descriptor \(closed underneath\?\): .OrderedReader: map 'events'"),
+    Case("`RingBuffer(map, cb)` after `os.close(map.fd)`",
+         lambda c: _fd_closed_underneath(c.rb.maps["rb"].fd, lambda: RingBuffer(c.rb.maps["rb"], _nothing)),
+         BPFError, r"\[Errno 22\] Invalid argument: .ring_buffer__new\(rb\)"),
     # --- use after close --------------------------------------------------------------------------
     Case("`ring_buffer.poll()` after `close()`",
          lambda c: _after_close(lambda: RingBuffer(c.rb.maps["rb"], _nothing), lambda rb: rb.poll(0)),

@@ -259,9 +259,7 @@ def test_backpressure_stop_gives_up_after_drain_timeout(obj: BPFObject) -> None:
     bc.start()
     emit(obj, 300)
     assert wait_until(lambda: bc.stats().events_read == 300)
-    t0 = time.monotonic()
-    bc.stop(drain_timeout=0.1)
-    assert time.monotonic() - t0 < 1.0
+    bc.stop(drain_timeout=0.1)  # 300 records at 10 ms each need 3 s: it gives up first
     s = bc.stats()
     assert 0 < s.events_processed < 300
     assert s.current_queue_size == 0 and s.events_dropped == 300 - s.events_processed  # left = dropped
@@ -645,5 +643,29 @@ def test_gil_ringbuf_consumer_loses_events_in_the_kernel(bpf_objects: dict[str, 
 
 
 def test_gil_scenario_sanity(gil_holder: Callable[[], None]) -> None:
-    took = sorted(cpu_time_of(gil_holder) for _ in range(3))[1]
-    assert 0.5 * HOLD_S < took < 10 * HOLD_S, took
+    """The hold is one C call that keeps the GIL: a spinning Python thread makes (next to) no progress
+    during it, and plenty while the main thread waits without the GIL for as long. Progress is compared
+    with progress under the same load, never with a clock: a busy machine slows both alike."""
+    progress = [0]
+    done = threading.Event()
+
+    def spin() -> None:
+        while not done.is_set():
+            progress[0] += 1
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    samples: list[tuple[int, int]] = []
+    try:
+        assert wait_until(lambda: progress[0] > 0)
+        for _ in range(3):
+            start, t0 = progress[0], time.monotonic()
+            gil_holder()
+            wall, during_hold = time.monotonic() - t0, progress[0] - start
+            start = progress[0]
+            threading.Event().wait(wall)  # the GIL is free meanwhile
+            samples.append((during_hold, progress[0] - start))
+    finally:
+        done.set()
+        spinner.join()
+    assert any(4 * held < free for held, free in samples), samples

@@ -468,7 +468,7 @@ def test_from_layout_errors() -> None:
         EventDef._from_layout("oob", [("a", "u32", 1, 6)], 8)
     with pytest.raises(ValueError, match=r"field 'a' at offset -1"):
         EventDef._from_layout("neg", [("a", "u8", 1, -1)], 8)
-    with pytest.raises(ValueError, match="size must be positive"):
+    with pytest.raises(ValueError, match="size must be >= 1, got 0"):
         EventDef._from_layout("z", [("a", "u8", 1, 0)], 0)
     with pytest.raises(ValueError, match=r"fields 'a\.b' and 'a_b' map to the same attribute 'a_b'"):
         EventDef._from_layout("col", [("a.b", "u8", 1, 0), ("a_b", "u8", 1, 1)], 2)
@@ -486,8 +486,8 @@ def test_from_layout_errors() -> None:
         ([("a", "u32"), ("a", "u8")], ValueError, r"duplicate field name 'a'"),
         ([("", "u8")], ValueError, r"field #0 has an empty name"),
         ([("a", "u8"), ("b c", "u8")], ValueError, r"field name 'b c' is not a C identifier"),
-        ([("a", "u8", 0)], ValueError, r"count of field 'a' must be positive, got 0"),
-        ([("a", "u8", -3)], ValueError, r"count of field 'a' must be positive, got -3"),
+        ([("a", "u8", 0)], ValueError, r"count of field 'a' must be >= 1, got 0"),
+        ([("a", "u8", -3)], ValueError, r"count of field 'a' must be >= 1, got -3"),
         ([("a", "u8", "2")], TypeError, r"count of field 'a' must be an int"),
         ([("a",)], ValueError, r"field #0 must be \(name, type\) or \(name, type, count\)"),
         (["a"], ValueError, r"field #0 must be"),

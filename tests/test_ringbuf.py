@@ -126,7 +126,7 @@ def test_poll_times_out_with_zero(obj: BPFObject) -> None:
     with RingBuffer(obj.maps["rb"], lambda d: None) as rb:
         t0 = time.monotonic()
         assert rb.poll(50) == 0
-        assert time.monotonic() - t0 >= 0.04
+        assert time.monotonic() - t0 >= 0.04  # it waited (a lower bound: load cannot break it)
 
 
 def test_close_from_another_thread_wakes_a_blocked_poll(obj: BPFObject) -> None:

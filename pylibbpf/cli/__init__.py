@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from ..btf import printable_name
 from ..consumers import BackpressureConsumer, BackpressureStats, SamplingConsumer
 from ..errors import BPFError
 from ..events import EventDef, EventRecord
@@ -570,12 +571,12 @@ def describe_object(obj: BPFObject, only: str | None = None) -> dict[str, Any]:
             continue
         try:
             event = obj.btf_struct(name)
-        except ValueError as e:  # bitfields, floats: no EventDef for them
-            reason = str(e).removeprefix(f"struct {name}: ")
-            structs.append({"name": name, "error": reason})
+        except (ValueError, KeyError) as e:  # bitfields, floats, a malformed BTF: no EventDef for them
+            reason = str(e.args[0] if e.args else e).removeprefix(f"struct {name}: ")
+            structs.append({"name": printable_name(name), "error": printable_name(reason)})
             continue
-        structs.append({"name": name, "size": event.size, "fields": [
-            {"name": f.name, "type": f.type, "count": f.count, "offset": f.offset, "size": f.size}
+        structs.append({"name": printable_name(name), "size": event.size, "fields": [
+            {"name": printable_name(f.name), "type": f.type, "count": f.count, "offset": f.offset, "size": f.size}
             for f in event.field_infos]})
     if only is not None and not structs:
         raise CommandError(f"{obj.name} has no struct named {only!r} in its BTF")

@@ -115,8 +115,10 @@ def load_object(obj: BPFObject, verbose: bool) -> None:
             raise privilege_error(e) from e
         if verbose and e.log:
             sys.stderr.write(e.log + "\n")
-        raise CommandError(f"the kernel refused {obj.name}: {e.strerror} ({e.what})"
-                           + ("" if verbose else "; --verbose shows the verifier log")) from e
+        part = f" ({e.stage} {e.name!r})" if e.name else ""
+        log = "verifier log" if e.stage == "program" else "libbpf log"
+        raise CommandError(f"the kernel refused {obj.name}{part}: {e.strerror} ({e.what})"
+                           + ("" if verbose else f"; --verbose shows the {log}")) from e
     except BPFError as e:
         if e.errno in (errno.EPERM, errno.EACCES):
             raise privilege_error(e) from e

@@ -1250,7 +1250,7 @@ static void test_default_clock(void)
 	while (drain(m, c, 8, 0) == 0) {
 		struct timespec ts = { 0, 1000000 };
 
-		CHECK(plb_clock_monotonic(NULL) < now + 2000000000ull);
+		CHECK(plb_clock_monotonic(NULL) < now + 30000000000ull); /* generous: the machine may be busy */
 		nanosleep(&ts, NULL);
 	}
 	CHECK(plb_clock_monotonic(NULL) >= now + cfg.window_ns);

@@ -148,7 +148,6 @@ static void t_args_and_lifecycle(void)
 	struct plb_reader_stats st;
 	struct plb_rb_view bad;
 	int fds;
-	double t0;
 
 	synth_init(&s, 4096);
 	q = plb_queue_create(16, 4096, 0, 0);
@@ -175,9 +174,8 @@ static void t_args_and_lifecycle(void)
 	usleep(50000);
 	plb_reader_stats(r, &st);
 	CHECK(st.running == 1 && st.records_read == 0);
-	t0 = now_ms();
+	/* No clock: a stop that did not wake it would return after the timeout, counted below. */
 	CHECK(plb_reader_stop(r) == 0);
-	CHECK(now_ms() - t0 < 500);
 	CHECK(plb_reader_stop(r) == 0); /* idempotent */
 	plb_reader_stats(r, &st);
 	CHECK(st.running == 0 && st.timeouts == 0 && st.error == 0);
@@ -293,6 +291,7 @@ static void t_no_wakeup(void)
 	struct plb_reader *r;
 	struct plb_reader_stats st;
 	size_t used;
+	double t0;
 	int n;
 
 	synth_init(&s, 16384);
@@ -301,7 +300,13 @@ static void t_no_wakeup(void)
 	/* Timer-driven: the poll interval picks records up. */
 	CHECK(plb_reader_start(&r, s.v, -1, q, 16) == 0);
 	plb_reader_set_timeout(r, 5);
-	usleep(20000); /* the reader is asleep when the records come */
+	/* The reader is asleep when the records come: its timer has fired once at least. */
+	t0 = now_ms();
+	do {
+		usleep(1000);
+		plb_reader_stats(r, &st);
+	} while (st.timeouts == 0 && now_ms() - t0 < 30000);
+	CHECK(st.timeouts >= 1 && st.records_read == 0);
 	for (uint32_t seq = 0; seq < 30; seq++)
 		produce(&s, seq);
 	n = plb_queue_pop_batch(q, out, sizeof(out), starts, lens, 64, 5000, &used);
@@ -352,7 +357,7 @@ static void t_corrupt(void)
 	do {
 		usleep(1000);
 		plb_reader_stats(r, &st);
-	} while (st.running && now_ms() - t0 < 5000);
+	} while (st.running && now_ms() - t0 < 30000); /* a generous deadline: the machine may be busy */
 	CHECK(!st.running && st.corrupt == 1 && st.error == -EBADMSG);
 	CHECK(st.records_read == 1);
 	CHECK(plb_reader_stop(r) == -EBADMSG);

@@ -1,0 +1,186 @@
+"""Every record exactly once across calls, whatever ends a call early (README, "Faults").
+
+- ``RingBuffer.events()`` / ``PerfBuffer.events()`` left with ``break`` or by
+  cancelling the task: the records drained but not yielded wait for the next call;
+- ``PerfBuffer.read_batch()`` / ``events()`` whose ``lost_callback`` raises: the
+  samples of that batch wait for the next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from progs import emit_perf, emit_ring, rb_event
+
+from pylibbpf import BPFObject, PerfBuffer, RingBuffer
+
+pytestmark = pytest.mark.usefixtures("bpf_privileged")
+
+RECORDS = 1000
+STEPS = [1, 1, 35, 213, 250, 498]  # records taken by each early-ended iteration, in turn (998 in all)
+
+
+@pytest.fixture
+def rb_obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
+    with BPFObject.open(bpf_objects["ringbuf"]) as o:
+        yield o.load()
+
+
+@pytest.fixture
+def perf_obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
+    with BPFObject.open(bpf_objects["perfbuf"]) as o:
+        yield o.load()
+
+
+def _ring(obj: BPFObject) -> tuple[Any, Callable[[Any], int]]:
+    emit_ring(obj.programs["emit"], RECORDS)
+    return RingBuffer(obj.maps["rb"], lambda d: None), lambda item: rb_event(item)[0]
+
+
+def _perf(obj: BPFObject) -> tuple[Any, Callable[[Any], int]]:
+    pb = PerfBuffer(obj.maps["events"], lambda cpu, d: None, page_cnt=16)  # 1,000 samples fit in one ring
+    emit_perf(obj.programs["emit_perf"], RECORDS, cpu=0)
+    return pb, lambda item: int(struct.unpack_from("<Q", item[1])[0])
+
+
+async def _take(reader: Any, seq_of: Callable[[Any], int], count: int, got: list[int]) -> None:
+    """Take ``count`` records, then leave the loop with ``break``."""
+    taken = 0
+    async for item in reader.events():
+        got.append(seq_of(item))
+        taken += 1
+        if taken == count:
+            break
+
+
+async def _take_then_cancel(reader: Any, seq_of: Callable[[Any], int], count: int, got: list[int]) -> None:
+    """Take ``count`` records in a task, then cancel it while it waits for the next one."""
+    taken = asyncio.Event()
+    want = len(got) + count
+
+    async def consume() -> None:
+        async for item in reader.events():
+            got.append(seq_of(item))
+            if len(got) == want:
+                taken.set()
+                await asyncio.sleep(3600)  # the task is cancelled here, inside the loop
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(taken.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+@pytest.mark.parametrize("how", ["break", "cancel"])
+@pytest.mark.parametrize("kind", ["RingBuffer", "PerfBuffer"])
+def test_leaving_events_early_keeps_the_rest_of_the_batch(rb_obj: BPFObject, perf_obj: BPFObject,
+                                                          kind: str, how: str) -> None:
+    reader, seq_of = _ring(rb_obj) if kind == "RingBuffer" else _perf(perf_obj)
+
+    async def scenario() -> list[int]:
+        got: list[int] = []
+        for count in STEPS:  # a record lost by an earlier iteration makes a later one wait: TimeoutError
+            await asyncio.wait_for((_take if how == "break" else _take_then_cancel)(reader, seq_of, count, got), 10)
+        # The rest through the other paths: read_batch() and poll() start with what is pending.
+        batch = reader.read_batch(0)
+        got.extend(seq_of(v if kind == "RingBuffer" else (batch.tags[i], v)) for i, v in enumerate(batch))
+        return got
+
+    with reader:
+        got = asyncio.run(scenario())
+        assert reader.poll(0) == 0
+    assert sorted(got) == list(range(RECORDS)), f"missing {sorted(set(range(RECORDS)) - set(got))[:10]}..."
+    assert got == list(range(RECORDS))  # and in order
+
+
+def _fill_then_lose(obj: BPFObject, pb: PerfBuffer, after: int) -> int:
+    """Overflow CPU 0's ring, drain it, then write ``after`` samples: the kernel puts its lost-samples
+    notice before them. Returns how many samples were drained first."""
+    prog = obj.programs["emit_perf"]
+    emit_perf(prog, 1000, cpu=0, extra=64)  # a one-page ring: most of them are lost
+    first = 0
+    while len(batch := pb.read_batch(0)):
+        first += len(batch)
+    emit_perf(prog, after, cpu=0, first_seq=10_000)
+    return first
+
+
+class Boom(Exception):
+    pass
+
+
+def test_a_raising_lost_callback_keeps_the_samples_after_the_notice(perf_obj: BPFObject) -> None:
+    calls: list[tuple[int, int]] = []
+    raising = [True]
+
+    def lost(cpu: int, count: int) -> None:
+        calls.append((cpu, count))
+        if raising[0]:
+            raising[0] = False
+            raise Boom
+
+    with PerfBuffer(perf_obj.maps["events"], lambda cpu, d: None, lost_callback=lost, page_cnt=1) as pb:
+        _fill_then_lose(perf_obj, pb, 10)
+        with pytest.raises(Boom):
+            pb.read_batch(0)
+        lost_after_raise = pb.lost_samples
+        batch = pb.read_batch(0)
+        seqs = [struct.unpack_from("<Q", v)[0] for v in batch]
+        assert pb.lost_samples == lost_after_raise  # the notice was counted once
+    assert seqs == list(range(10_000, 10_010))
+    assert len(calls) == 1 and calls[0][0] == 0 and calls[0][1] > 0
+
+
+def test_a_raising_lost_callback_in_events_keeps_the_samples(perf_obj: BPFObject) -> None:
+    raising = [True]
+
+    def lost(cpu: int, count: int) -> None:
+        if raising[0]:
+            raising[0] = False
+            raise Boom
+
+    async def scenario(pb: PerfBuffer) -> list[int]:
+        got: list[int] = []
+        with pytest.raises(Boom):
+            async for _cpu, data in pb.events():
+                got.append(struct.unpack_from("<Q", data)[0])
+
+        async def rest() -> None:
+            async for _cpu, data in pb.events():
+                got.append(struct.unpack_from("<Q", data)[0])
+                if len(got) == 10:
+                    break
+
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(rest(), 10)
+        return got
+
+    with PerfBuffer(perf_obj.maps["events"], lambda cpu, d: None, lost_callback=lost, page_cnt=1) as pb:
+        _fill_then_lose(perf_obj, pb, 10)
+        assert asyncio.run(scenario(pb)) == list(range(10_000, 10_010))
+
+
+def test_poll_with_a_raising_lost_callback_delivers_every_sample(perf_obj: BPFObject) -> None:
+    """The callback path, for comparison: poll() stops at the notice, the next poll() goes on."""
+    got: list[int] = []
+    raising = [True]
+
+    def lost(cpu: int, count: int) -> None:
+        if raising[0]:
+            raising[0] = False
+            raise Boom
+
+    with PerfBuffer(perf_obj.maps["events"], lambda cpu, d: got.append(struct.unpack_from("<Q", d)[0]),
+                    lost_callback=lost, page_cnt=1) as pb:
+        _fill_then_lose(perf_obj, pb, 10)
+        with pytest.raises(Boom):
+            pb.poll(0)
+        pb.poll(0)
+    assert got == list(range(10_000, 10_010))
