@@ -36,8 +36,10 @@ if [ -n "${LIBBPF_TARBALL:-}" ]; then
     [ "$LIBBPF_TARBALL" -ef "$tarball" ] || cp "$LIBBPF_TARBALL" "$tarball"
     exit 0
 fi
-if [ -f "$tarball" ] && verify "$tarball" 2>/dev/null; then
-    exit 0
+if [ -f "$tarball" ]; then
+    # Bundled in an sdist, or fetched before: used only when it verifies.
+    verify "$tarball" && exit 0
+    echo "fetch.sh: discarding $tarball, fetching the pinned tarball again" >&2
 fi
 rm -f "$tarball"
 
