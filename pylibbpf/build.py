@@ -49,7 +49,7 @@ _VMLINUX_HEAD = """\
 #endif
 
 """
-_VMLINUX_TAIL = """
+_VMLINUX_TAIL = """\
 #ifndef BPF_NO_PRESERVE_ACCESS_INDEX
 #pragma clang attribute pop
 #endif

@@ -29,7 +29,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-o", "--output", metavar="OBJ", help="the object to write (default: SOURCE with .o)")
     p.add_argument("-I", dest="include", action="append", default=[], metavar="DIR", help="add an include directory")
     p.add_argument("-D", dest="define", action="append", default=[], metavar="NAME[=VALUE]", help="define a macro")
-    p.add_argument("--cflags", default="", metavar="FLAGS", help="more clang options, one shell-quoted string")
+    p.add_argument("--cflags", default="", metavar="FLAGS",
+                   help="more clang options, one shell-quoted string: --cflags='-DX=1 -Wall'")
     p.add_argument("--print-include-dir", action="store_true", help="print the BPF headers' -I directory and exit")
     p.add_argument("--print-vmlinux-h", action="store_true", help="print the path of this kernel's vmlinux.h and exit")
     p.add_argument("-v", "--verbose", action="store_true", help="show the clang command line")
