@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -62,6 +63,22 @@ def bpf_objects(bpf_privileged: None) -> dict[str, Path]:
     import build_bpf
 
     return {p.name[: -len(".bpf.o")]: p for p in build_bpf.build(BPF_SRC, BPF_OUT)}
+
+
+@pytest.fixture(scope="session")
+def python_for_nobody() -> None:
+    """Skip a test that runs this Python as uid 65534 when that user cannot start it: a pyenv Python under
+    /root (mode 0700) whose libpython has no system copy, as in `make test-matrix`. Probed, not guessed."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.fail("setpriv (util-linux) is missing")
+    proc = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                           "import pylibbpf"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        if "error while loading shared libraries" not in why:
+            pytest.fail(f"this Python as uid 65534 cannot import pylibbpf: {why}")
+        pytest.skip(f"uid 65534 cannot run {sys.executable}: {why}")
 
 
 @pytest.fixture

@@ -358,7 +358,7 @@ def test_inspect_json(bpf_objects: dict[str, Path]) -> None:
     assert "fields" not in structs["layout_bitfield"]
 
 
-def test_inspect_bundled_objects_without_privileges(bpf_privileged: None) -> None:
+def test_inspect_bundled_objects_without_privileges(bpf_privileged: None, python_for_nobody: None) -> None:
     """Inspect only opens the object: it works for anyone (here: nobody), on every bundled tool."""
     setpriv = shutil.which("setpriv")
     prefix = (setpriv, "--reuid=65534", "--regid=65534", "--clear-groups") if setpriv else ()
@@ -409,7 +409,7 @@ def test_unknown_tool() -> None:
     assert_one_line_error(proc, "invalid choice", "fork")
 
 
-def test_not_root(bpf_privileged: None) -> None:
+def test_not_root(bpf_privileged: None, python_for_nobody: None) -> None:
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         pytest.skip("setpriv (util-linux) is not installed")

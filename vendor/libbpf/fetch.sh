@@ -37,11 +37,10 @@ if [ -n "${LIBBPF_TARBALL:-}" ]; then
     exit 0
 fi
 if [ -f "$tarball" ]; then
-    # Bundled in an sdist, or fetched before: used only when it verifies.
-    verify "$tarball" && exit 0
-    echo "fetch.sh: discarding $tarball, fetching the pinned tarball again" >&2
+    # Bundled in an sdist, or fetched before: used only when it verifies, never replaced silently.
+    verify "$tarball" || { echo "  delete $tarball to fetch it again" >&2; exit 1; }
+    exit 0
 fi
-rm -f "$tarball"
 
 # The first Debian archive URI configured on this machine (deb822 or one-line format).
 debian_uri() {
