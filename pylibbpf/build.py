@@ -267,6 +267,11 @@ def compile(source_or_path: str | os.PathLike[str] | bytes, output: str | os.Pat
             includes = [f"-I{src.resolve().parent}"]
         if VMLINUX_BTF.exists():
             includes.append(f"-I{Path(vmlinux_h()).parent}")
+        # usdt.bpf.h includes <asm/errno.h>, which Debian keeps in the multiarch directory that
+        # clang does not search for -target bpf; searched last, so it never shadows vmlinux.h.
+        multiarch = Path(f"/usr/include/{platform.machine()}-linux-gnu")
+        if multiarch.is_dir():
+            flags = [*flags, f"-idirafter{multiarch}"]
         arch = _TARGET_ARCH.get(platform.machine(), platform.machine())
         command = [clang, "-g", "-O2", "-target", "bpf", f"-D__TARGET_ARCH_{arch}", *includes,
                    f"-I{include_dir()}", *flags, "-c", str(src), "-o", str(out)]

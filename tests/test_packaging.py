@@ -86,24 +86,25 @@ def venv(where: Path, wheelhouse: Path, *packages: str) -> Path:
     return where
 
 
+def make_dist(target: str, pattern: str) -> Path:
+    """Run ``make TARGET`` and return the file of dist/ it made."""
+    started = time.time()
+    run(["make", "-s", target], cwd=ROOT, env=make_env())
+    built = newest(ROOT / "dist", pattern)
+    assert built.stat().st_mtime >= started - 1, f"make {target} left no new {pattern} in dist/"
+    return built
+
+
 @pytest.fixture(scope="session")
 def wheel() -> Path:
-    """`make wheel`, once per session: the repaired wheel in dist/."""
-    started = time.time()
-    run(["make", "-s", "wheel"], cwd=ROOT, env=make_env())
-    built = newest(ROOT / "dist", "*.whl")
-    assert built.stat().st_mtime >= started - 1
-    return built
+    """`make wheel`, once per session: the repaired wheel."""
+    return make_dist("wheel", "*.whl")
 
 
 @pytest.fixture(scope="session")
 def sdist() -> Path:
     """`make sdist`, once per session."""
-    started = time.time()
-    run(["make", "-s", "sdist"], cwd=ROOT, env=make_env())
-    built = newest(ROOT / "dist", "*.tar.gz")
-    assert built.stat().st_mtime >= started - 1
-    return built
+    return make_dist("sdist", "*.tar.gz")
 
 
 def trace_one_exec(command: Path, env: dict[str, str], cwd: Path) -> dict[str, str]:
