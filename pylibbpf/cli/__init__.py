@@ -50,8 +50,8 @@ from ..perfbuf import OrderedBatch, OrderedReader, OrderedStats
 from ..program import Link
 from ..ringbuf import RingBuffer
 from ._common import (
-    PRIVILEGES,
     BUNDLED_DIR,
+    PRIVILEGES,
     CommandError,
     StatusLine,
     open_bundled,
@@ -66,9 +66,9 @@ from ._common import pipe_broken as _pipe_broken
 from ._common import point_at_devnull as _point_at_devnull
 from ._common import positive_float as _positive_float
 from ._common import positive_int as _positive_int
+from .build import add_parser as add_build_parser
 from .features import add_parser as add_features_parser
 from .runqlat import add_parser as _add_runqlat_parser
-from .build import add_parser as add_build_parser
 
 #: Where tracefs is looked for (libbpf reads tracepoint ids from either).
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
