@@ -178,7 +178,7 @@ def test_wheel_installs_and_traces_without_clang(wheel: Path, wheelhouse: Path, 
 def test_sdist_holds_what_the_build_needs(sdist: Path) -> None:
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-    needed = {"build_ffi.py", "setup.py", "pyproject.toml", "MANIFEST.in", "tools/build_bpf.py",
+    needed = {"build_ffi.py", "setup.py", "pyproject.toml", "MANIFEST.in", "tools/build_bpf.py", "tools/graft_zlib.py",
               "vendor/libbpf/PIN", "vendor/libbpf/build.sh", "vendor/libbpf/fetch.sh",
               f"vendor/libbpf/build/{LIBBPF_TARBALL}", "csrc/pylibbpf_shim.h", "csrc/bpf/tools.h",
               "pylibbpf/include/bpf/bpf_helpers.h", "pylibbpf/py.typed"}
