@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
