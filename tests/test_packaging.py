@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -27,6 +28,9 @@ PIN = dict(line.split("=", 1) for line in (ROOT / "vendor" / "libbpf" / "PIN").r
            if line and not line.startswith("#"))
 LIBBPF_TARBALL = f"libbpf_{PIN['LIBBPF_VERSION']}.orig.tar.gz"
 BUNDLED = ("exec", "exit", "open")
+# The distribution's own dependencies, as pyproject.toml lists them.
+RUNTIME_DEPENDENCIES = re.findall(r'"([^"]+)"', (ROOT / "pyproject.toml").read_text()
+                                  .split("\ndependencies = [", 1)[1].split("\n]", 1)[0])
 # A build tool a user without a BPF tool chain lacks: removed from the PATH the installs see.
 HIDDEN = ("clang", "bpftool", "llvm")
 
@@ -73,7 +77,7 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Wheels of our dependencies and build requirements, for installs with --no-index."""
     house = tmp_path_factory.mktemp("wheelhouse")
     run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--dest", str(house),
-         "cffi>=1.16", "pycparser", "setuptools>=77", "wheel"], timeout=600)
+         *RUNTIME_DEPENDENCIES, "pycparser", "setuptools>=77", "wheel"], timeout=600)
     return house
 
 
@@ -198,7 +202,7 @@ def test_sdist_installs_offline_without_clang(sdist: Path, wheelhouse: Path, pat
     and without clang the sdist's prebuilt CO-RE objects are installed."""
     if shutil.which("unshare") is None:
         pytest.fail("unshare (util-linux) is missing: `make setup` installs it")
-    env_dir = venv(tmp_path / "venv", wheelhouse, "setuptools>=77", "wheel", "cffi>=1.16")
+    env_dir = venv(tmp_path / "venv", wheelhouse, "setuptools>=77", "wheel", *RUNTIME_DEPENDENCIES)
     env = {k: v for k, v in make_env().items() if k not in ("PYTHONPATH", "CLANG", "LIBBPF_TARBALL", "LIBBPF_SRC")}
     env["PATH"] = f"{env_dir / 'bin'}:{path_without_clang}"
     run(["unshare", "-n", str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", "--no-cache-dir",
