@@ -18,7 +18,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 from cffi import FFI
@@ -161,12 +160,10 @@ ffibuilder = make_builder()
 if __name__ == "__main__":
     make_builder(relative_sources=False).compile(tmpdir=str(ROOT / "build" / "cffi"), verbose=False)
     # compile() writes the module under tmpdir/pylibbpf/; it replaces any earlier
-    # build for this interpreter in the package (an editable install may have left
-    # an abi3 variant). Other versions' modules stay (`make test-matrix`).
+    # build in the package (an editable install may have left an abi3 variant, which
+    # the interpreter would pick after a stale version-tagged one).
     built = sorted((ROOT / "build" / "cffi" / "pylibbpf").glob("_pylibbpf_cffi*.so"))
-    suffix = sysconfig.get_config_var("EXT_SUFFIX")
     for old in (ROOT / "pylibbpf").glob("_pylibbpf_cffi*.so"):
-        if old.name in (f"_pylibbpf_cffi{suffix}", "_pylibbpf_cffi.abi3.so"):
-            old.unlink()
+        old.unlink()
     for so in built:
         so.replace(ROOT / "pylibbpf" / so.name)
