@@ -96,8 +96,8 @@ sdist: build
 	$(VPY) -m build --sdist --no-isolation --outdir dist .
 
 # One virtual environment per CPython found under $(PYENV_ROOT)/versions, each with the
-# package installed editable (again only when pyproject.toml or setup.py change): the
-# extension is abi3, so every version uses the one module `make build` made in place. Versions that are absent are skipped with a line saying so. The slow tests (wheel
+# package installed editable: the extension is abi3, so every version shares the one built
+# module. Versions that are absent are skipped with a line saying so. The slow tests (wheel
 # and sdist builds, done by `make test` with the default Python) are left out unless
 # MATRIX_PYTEST_ARGS says otherwise. The summary also goes to build/test-matrix.txt.
 MATRIX_VERSIONS    ?= 3.10 3.11 3.12 3.13
@@ -113,13 +113,9 @@ test-matrix: build
 		fi; \
 		full=$$($$py -c 'import platform; print(platform.python_version())'); \
 		echo "test-matrix: CPython $$full ($$py) in .venv-$$v"; \
-		if [ ! -f .venv-$$v/.stamp-venv ] || [ pyproject.toml -nt .venv-$$v/.stamp-venv ] \
-			|| [ setup.py -nt .venv-$$v/.stamp-venv ]; then \
-			if ! { test -x .venv-$$v/bin/python || $$py -m venv .venv-$$v; } \
-				|| ! .venv-$$v/bin/python -m pip install -q -e '.[test]'; then \
-				echo "test-matrix: CPython $$full: install failed" | tee -a build/test-matrix.txt; rc=1; continue; \
-			fi; \
-			touch .venv-$$v/.stamp-venv; \
+		if ! { test -x .venv-$$v/bin/python || $$py -m venv .venv-$$v; } \
+			|| ! .venv-$$v/bin/python -m pip install -q -e '.[test]'; then \
+			echo "test-matrix: CPython $$full: install failed" | tee -a build/test-matrix.txt; rc=1; continue; \
 		fi; \
 		PYLIBBPF_REQUIRE_BPF=1 .venv-$$v/bin/python -m pytest -q -p no:cacheprovider $(MATRIX_PYTEST_ARGS) \
 			> build/test-matrix-$$v.log 2>&1; prc=$$?; \
