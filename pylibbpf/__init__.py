@@ -13,6 +13,7 @@ from ._ffi import ffi, lib
 from ._reader import Batch
 from ._version import __version__
 from .asm import Insn, load_program, store_event_field, store_event_fields, store_event_imm, zero_event_field
+from .build import include_dir
 from .consumers import (
     BackpressureConsumer,
     BackpressureStats,
@@ -93,6 +94,7 @@ __all__ = [
     "enable_stats",
     "features",
     "ffi",
+    "include_dir",
     "lib",
     "libbpf_version",
     "load_program",

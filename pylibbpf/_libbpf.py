@@ -401,6 +401,16 @@ def btf__type_cnt(btf: CData) -> int:
     return int(lib.btf__type_cnt(btf))
 
 
+def btf__parse(path: str, what: str) -> CData:
+    """BTF from a raw BTF file (/sys/kernel/btf/vmlinux) or an ELF's .BTF, freed when garbage collected."""
+    return ffi.gc(check_ptr(lib.btf__parse(os.fsencode(path), ffi.NULL), what), lib.btf__free)
+
+
+def plb_btf_dump_c(btf: CData, fd: int, what: str) -> None:
+    """Write every type of ``btf`` as C declarations to ``fd`` (which stays open)."""
+    check(lib.plb_btf_dump_c(btf, fd), what)
+
+
 # --- perf readers and the ordered merge (perfbuf.py: PerfReader, OrderedReader) ------------------
 
 def perf_buffer__new_raw(map_fd: int, page_cnt: int, attr: CData, event_cb: CData, ctx: CData,

@@ -12,10 +12,10 @@ import errno
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from . import _check, _close, _libbpf
+from . import _check, _close, _libbpf, build
 from ._ffi import ffi, lib
 from .errors import BPFError, ClosedError
 from .program import Link, Program
@@ -128,6 +128,19 @@ class BPFObject:
     def _after_fork_in_child(self) -> None:
         """A fresh lock: a thread of the parent may have held it at the fork."""
         self._lock = threading.Lock()
+
+    @classmethod
+    def compile(cls, source_or_path: str | os.PathLike[str] | bytes, *, cflags: Sequence[str] = ()) -> BPFObject:
+        """Compile BPF C with clang and open the object (not loaded yet), as bcc's one-file tools do.
+
+        ``source_or_path``: a ``.bpf.c`` path, or the C text (``bytes``, or a
+        ``str`` with a newline); see :func:`pylibbpf.build.compile` for the
+        include path (``vmlinux.h``, ``<bpf/bpf_helpers.h>``) and ``cflags``.
+        No file is left behind. Blocks while clang runs; raises
+        :class:`pylibbpf.build.CompileError` when clang is missing or fails.
+        """
+        data, name = build.compile_bytes(source_or_path, cflags=cflags)
+        return cls.open(data, object_name=name)
 
     @property
     def name(self) -> str:

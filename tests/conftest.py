@@ -39,7 +39,7 @@ def _bpf_privilege_problem() -> str | None:
 
     fd = lib.bpf_map_create(lib.BPF_MAP_TYPE_ARRAY, b"plb_probe", 4, 4, 1, ffi.NULL)
     if fd < 0:
-        return f"cannot create BPF maps: {os.strerror(-fd)} (needs root / CAP_BPF)"
+        return f"cannot create BPF maps: {os.strerror(-fd)} (needs root or CAP_BPF+CAP_PERFMON)"
     os.close(fd)
     return None
 

@@ -23,12 +23,30 @@ VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
 _ARCH = {"x86_64": "x86", "aarch64": "arm64", "s390x": "s390", "ppc64le": "powerpc"}
 
 
-def clang() -> str:
+def _clang_path() -> str | None:
     for name in ("clang-19", "clang"):
         path = shutil.which(name)
         if path:
             return path
-    raise RuntimeError("clang-19 not found: run `make setup` (it installs the clang-19 package)")
+    return None
+
+
+def clang() -> str:
+    path = _clang_path()
+    if path is None:
+        raise RuntimeError("clang-19 not found: run `make setup` (it installs the clang-19 package)")
+    return path
+
+
+def _bpftool_path() -> str | None:
+    return shutil.which("bpftool") or next((p for p in ("/usr/sbin/bpftool", "/sbin/bpftool")
+                                             if Path(p).exists()), None)
+
+
+def missing_tools() -> list[str]:
+    """What build() needs and this machine lacks: kernel BTF, clang, bpftool."""
+    missing = [] if VMLINUX_BTF.exists() else [f"kernel BTF ({VMLINUX_BTF})"]
+    return missing + [name for name, path in (("clang", _clang_path()), ("bpftool", _bpftool_path())) if not path]
 
 
 def vmlinux_h(out_dir: Path) -> Path:
@@ -37,7 +55,9 @@ def vmlinux_h(out_dir: Path) -> Path:
     if not header.exists():
         if not VMLINUX_BTF.exists():
             raise RuntimeError(f"{VMLINUX_BTF} is missing: this kernel has no BTF, CO-RE programs cannot build")
-        bpftool = shutil.which("bpftool") or "/usr/sbin/bpftool"
+        bpftool = _bpftool_path()
+        if bpftool is None:
+            raise RuntimeError("bpftool not found: it writes vmlinux.h (run `make setup`)")
         text = subprocess.run([bpftool, "btf", "dump", "file", str(VMLINUX_BTF), "format", "c"],
                               check=True, capture_output=True, text=True).stdout
         tmp = header.with_suffix(".tmp")
@@ -46,11 +66,12 @@ def vmlinux_h(out_dir: Path) -> Path:
     return header
 
 
-def build(src_dir: Path, out_dir: Path, vmlinux_dir: Path | None = None) -> list[Path]:
+def build(src_dir: Path, out_dir: Path, vmlinux_dir: Path | None = None, force: bool = False) -> list[Path]:
     """Compile every SRC_DIR/*.bpf.c into OUT_DIR/*.bpf.o; returns the object paths.
 
     vmlinux.h is generated in VMLINUX_DIR (default: OUT_DIR), so that an output
-    directory that is package data need not hold it.
+    directory that is package data need not hold it. ``force`` rebuilds objects
+    that look up to date (the prebuilt ones of an sdist).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     header_dir = out_dir if vmlinux_dir is None else vmlinux_dir
@@ -66,7 +87,7 @@ def build(src_dir: Path, out_dir: Path, vmlinux_dir: Path | None = None) -> list
     for src in sorted(src_dir.glob("*.bpf.c")):
         obj = out_dir / (src.name[:-2] + ".o")
         newest = max([src.stat().st_mtime] + [h.stat().st_mtime for h in headers])
-        if not obj.exists() or obj.stat().st_mtime < newest:
+        if force or not obj.exists() or obj.stat().st_mtime < newest:
             subprocess.run([clang(), "-g", "-O2", "-target", "bpf", f"-D__TARGET_ARCH_{arch}",
                             "-Wall", "-Werror", "-Wno-unused-function",
                             f"-I{header_dir}", f"-I{src_dir}", f"-I{LIBBPF_INCLUDE}", *system,

@@ -7,6 +7,7 @@
     pylibbpf inspect OBJ.bpf.o [--json] [--struct NAME]
     pylibbpf features [--json]
     pylibbpf runqlat [--interval S [--count N]] [-m] [--pid P] [--per-process] [--json]   (cli/runqlat.py)
+    pylibbpf build PROG.bpf.c [-o PROG.bpf.o]      (cli/build.py)
 
 ``trace`` loads one of the programs built from ``csrc/bpf/`` (package data in
 ``pylibbpf/bpf/``), sets its load-time configuration (``struct tool_config``
@@ -33,6 +34,7 @@ import json
 import logging
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -51,6 +53,7 @@ from ..program import Link
 from ..ringbuf import RingBuffer
 from ._common import (
     BUNDLED_DIR,
+    PRIVILEGES,
     CommandError,
     StatusLine,
     open_bundled,
@@ -65,6 +68,7 @@ from ._common import pipe_broken as _pipe_broken
 from ._common import point_at_devnull as _point_at_devnull
 from ._common import positive_float as _positive_float
 from ._common import positive_int as _positive_int
+from .build import add_parser as add_build_parser
 from .features import add_parser as add_features_parser
 from .runqlat import add_parser as _add_runqlat_parser
 
@@ -426,16 +430,29 @@ def _mount_tracefs(where: Path) -> str | None:
     return None if proc.returncode == 0 else (proc.stderr.strip() or f"mount exited with {proc.returncode}")
 
 
+def _tracefs_mounted() -> bool:
+    """True when a tracefs ``events/`` is there; CommandError when this user may not look into tracefs."""
+    for d in TRACEFS_DIRS:
+        try:
+            if stat.S_ISDIR(os.stat(d / "events").st_mode):
+                return True
+        except PermissionError as e:
+            raise CommandError(f"cannot read tracefs ({e.filename}: {e.strerror}): tracing needs {PRIVILEGES}") from e
+        except OSError:
+            continue
+    return False
+
+
 def ensure_tracefs() -> None:
     """Make sure tracefs is mounted (tracepoints attach through it); mount it when it is not."""
-    if any((d / "events").is_dir() for d in TRACEFS_DIRS):
+    if _tracefs_mounted():
         return
     where = TRACEFS_DIRS[0]
     problem = _mount_tracefs(where)
-    if problem is None and (where / "events").is_dir():
+    if problem is None and _tracefs_mounted():
         return
     raise CommandError(f"tracefs is not mounted and mounting it at {where} failed ({problem or 'no events/'}): "
-                       f"run `mount -t tracefs tracefs {where}` as root")
+                       f"run `mount -t tracefs tracefs {where}` as root (mounting needs CAP_SYS_ADMIN)")
 
 
 def _open_bundled(tool: Tool) -> BPFObject:
@@ -678,6 +695,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.set_defaults(func=cmd_inspect)
     add_features_parser(sub)
     _add_runqlat_parser(sub)
+    add_build_parser(sub)
     return parser
 
 

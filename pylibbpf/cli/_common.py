@@ -24,6 +24,9 @@ from ..program import Link
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "bpf"
 #: The kernel's own BTF: CO-RE relocations are resolved against it.
 VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
+#: What tracing needs, in the same words in every message and in the README.
+PRIVILEGES = ("root or CAP_BPF+CAP_PERFMON (a user other than root also needs CAP_DAC_READ_SEARCH: "
+              "tracefs is readable by root only)")
 
 
 class CommandError(Exception):
@@ -92,7 +95,7 @@ def check_btf() -> None:
 
 
 def privilege_error(e: BPFError) -> CommandError:
-    return CommandError(f"loading BPF programs needs root or CAP_BPF+CAP_PERFMON ({e.strerror}: {e.what})")
+    return CommandError(f"loading BPF programs needs {PRIVILEGES} ({e.strerror}: {e.what})")
 
 
 def open_bundled(name: str) -> BPFObject:

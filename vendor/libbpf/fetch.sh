@@ -36,10 +36,11 @@ if [ -n "${LIBBPF_TARBALL:-}" ]; then
     [ "$LIBBPF_TARBALL" -ef "$tarball" ] || cp "$LIBBPF_TARBALL" "$tarball"
     exit 0
 fi
-if [ -f "$tarball" ] && verify "$tarball" 2>/dev/null; then
+if [ -f "$tarball" ]; then
+    # Bundled in an sdist, or fetched before: used only when it verifies, never replaced silently.
+    verify "$tarball" || { echo "  delete $tarball to fetch it again" >&2; exit 1; }
     exit 0
 fi
-rm -f "$tarball"
 
 # The first Debian archive URI configured on this machine (deb822 or one-line format).
 debian_uri() {

@@ -1,0 +1,293 @@
+"""Building BPF programs: libbpf's BPF-side headers, a vmlinux.h for this kernel, clang.
+
+::
+
+    pylibbpf.include_dir()          # -I this: <bpf/bpf_helpers.h>, <bpf/bpf_tracing.h>, ...
+    pylibbpf.build.vmlinux_h()      # path of a vmlinux.h for the running kernel (cached)
+    pylibbpf.build.compile("prog.bpf.c")             # -> Path("prog.bpf.o")
+    BPFObject.compile(source_or_path, cflags=())     # compile and open, bcc-style one-file tools
+
+Only compiling needs clang (with the BPF target, any version from 14 on);
+installing pylibbpf and loading prebuilt objects needs no compiler. The
+headers are libbpf's own, from the pinned libbpf the package is linked with,
+copied into the package when it is built.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import _check, _libbpf
+
+#: The running kernel's BTF: what vmlinux.h is generated from.
+VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
+#: Searched in this order when $CLANG is not set (the newest versioned name first).
+CLANG_NAMES = ("clang", *(f"clang-{v}" for v in range(21, 13, -1)))
+
+_log = logging.getLogger("pylibbpf.build")
+_INCLUDE = Path(__file__).resolve().parent / "include"
+# uname -m -> the __TARGET_ARCH_* bpf_tracing.h expects (PT_REGS_* macros).
+_TARGET_ARCH = {"x86_64": "x86", "aarch64": "arm64", "s390x": "s390", "ppc64le": "powerpc",
+                "riscv64": "riscv", "loongarch64": "loongarch", "armv7l": "arm", "mips64": "mips"}
+_VMLINUX_HEAD = """\
+#ifndef __VMLINUX_H__
+#define __VMLINUX_H__
+
+#ifndef BPF_NO_PRESERVE_ACCESS_INDEX
+#pragma clang attribute push (__attribute__((preserve_access_index)), apply_to = record)
+#endif
+
+"""
+_VMLINUX_TAIL = """\
+#ifndef BPF_NO_PRESERVE_ACCESS_INDEX
+#pragma clang attribute pop
+#endif
+
+#endif /* __VMLINUX_H__ */
+"""
+
+
+class CompileError(RuntimeError):
+    """clang is missing or refused the program.
+
+    ``command`` is the clang command line (empty when clang was not found),
+    ``output`` clang's diagnostics.
+    """
+
+    def __init__(self, message: str, command: Sequence[str] = (), output: str = "") -> None:
+        super().__init__(message)
+        self.command = list(command)
+        self.output = output
+
+
+def include_dir() -> str:
+    """The directory to pass to clang as ``-I``: it holds ``bpf/bpf_helpers.h``, ``bpf/bpf_tracing.h``,
+    ``bpf/bpf_core_read.h``, ``bpf/bpf_endian.h``, ``bpf/bpf_helper_defs.h`` and ``bpf/usdt.bpf.h``.
+
+    They are libbpf's own (the version :func:`pylibbpf.libbpf_version` reports),
+    shipped in the package. Raises FileNotFoundError when the package was built
+    without them (a source tree where ``make build`` has not run yet).
+    """
+    if not (_INCLUDE / "bpf" / "bpf_helpers.h").is_file():
+        raise FileNotFoundError(f"libbpf's BPF headers are missing from {_INCLUDE / 'bpf'}: "
+                                "rebuild the package (`make build` or `pip install`)")
+    return str(_INCLUDE)
+
+
+def cache_dir() -> Path:
+    """Where generated files (vmlinux.h) are kept: $PYLIBBPF_CACHE_DIR, else $XDG_CACHE_HOME/pylibbpf,
+    else ~/.cache/pylibbpf."""
+    explicit = os.environ.get("PYLIBBPF_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pylibbpf"
+
+
+@functools.lru_cache(maxsize=8)
+def _digest(path: str, size: int, mtime_ns: int, inode: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:24]
+
+
+def btf_identity(btf_path: str | os.PathLike[str] = VMLINUX_BTF) -> str:
+    """A short hash of the BTF's bytes: two kernels share a vmlinux.h exactly when their BTF is the same.
+
+    Hashed once per process for each (path, size, mtime, inode). Raises
+    FileNotFoundError when the file is missing (a kernel without
+    CONFIG_DEBUG_INFO_BTF).
+    """
+    path = _check.path(btf_path, "btf_path")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} is missing: this kernel has no BTF (CONFIG_DEBUG_INFO_BTF), "
+                                "so there is no vmlinux.h to generate") from None
+    return _digest(path, st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _bpftool() -> str | None:
+    found = shutil.which("bpftool")
+    if found:
+        return found
+    # Debian installs it in sbin, which a non-root PATH lacks.
+    return next((p for p in ("/usr/sbin/bpftool", "/sbin/bpftool") if os.access(p, os.X_OK)), None)
+
+
+def _dump_with_bpftool(bpftool: str, btf_path: str, out: Path) -> None:
+    with open(out, "wb") as f:
+        proc = subprocess.run([bpftool, "btf", "dump", "file", btf_path, "format", "c"], stdout=f,
+                              stderr=subprocess.PIPE, text=False, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bpftool btf dump file {btf_path} format c failed (exit {proc.returncode}): "
+                           f"{proc.stderr.decode(errors='replace').strip()}")
+
+
+def _dump_with_libbpf(btf_path: str, out: Path) -> None:
+    btf = _libbpf.btf__parse(btf_path, f"btf__parse({btf_path})")
+    with open(out, "w") as f:
+        f.write(_VMLINUX_HEAD)
+        f.flush()
+        _libbpf.plb_btf_dump_c(btf, f.fileno(), f"btf_dump({btf_path})")
+        f.write(_VMLINUX_TAIL)
+
+
+def vmlinux_h(*, btf_path: str | os.PathLike[str] = VMLINUX_BTF, using: str = "auto") -> str:
+    """The path of a ``vmlinux.h`` declaring every type of the running kernel (of ``btf_path``).
+
+    Generated on the first call for a given BTF (see :func:`btf_identity`) and
+    cached in ``cache_dir()/vmlinux/<identity>/vmlinux.h``; later calls, in this
+    process or another, return the cached file. Blocks while generating (about
+    a second). ``using``: ``"bpftool"`` (``bpftool btf dump ... format c``),
+    ``"libbpf"`` (libbpf's btf_dump, linked in: no tool needed) or ``"auto"``
+    (bpftool when installed, else libbpf); both write the same declarations.
+
+    Raises FileNotFoundError when there is no BTF, BPFError when libbpf cannot
+    parse it, RuntimeError when bpftool fails or ``using="bpftool"`` and it is
+    not installed, ValueError for another ``using``.
+    """
+    path = _check.path(btf_path, "btf_path")
+    _check.choice(using, "using", ("auto", "bpftool", "libbpf"))
+    header = cache_dir() / "vmlinux" / btf_identity(path) / "vmlinux.h"
+    if header.is_file():
+        return str(header)
+    bpftool = _bpftool() if using != "libbpf" else None
+    if using == "bpftool" and bpftool is None:
+        raise RuntimeError("bpftool is not installed (using='bpftool'); using='libbpf' needs no tool")
+    header.parent.mkdir(parents=True, exist_ok=True)
+    # Written beside it and renamed: a concurrent caller sees no file or a whole one.
+    tmp = header.with_name(f".vmlinux.h.{os.getpid()}.{threading.get_ident()}")
+    try:
+        if bpftool is not None:
+            _dump_with_bpftool(bpftool, path, tmp)
+        else:
+            _dump_with_libbpf(path, tmp)
+        os.replace(tmp, header)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return str(header)
+
+
+def find_clang() -> str:
+    """The clang to compile with: $CLANG when set, else the first of CLANG_NAMES on PATH.
+
+    Raises CompileError naming what was looked for when there is none.
+    """
+    explicit = os.environ.get("CLANG")
+    if explicit:
+        found = shutil.which(explicit)
+        if found is None:
+            raise CompileError(f"clang not found: $CLANG is {explicit!r}, which is not an executable")
+        return found
+    for name in CLANG_NAMES:
+        found = shutil.which(name)
+        if found:
+            return found
+    raise CompileError("clang not found (looked for clang, clang-21 ... clang-14 on PATH and $CLANG): "
+                       "compiling BPF C needs clang with the BPF target (Debian: apt-get install clang-19); "
+                       "loading prebuilt .bpf.o files needs no compiler")
+
+
+def _cflags(cflags: object) -> list[str]:
+    if isinstance(cflags, (str, bytes)) or not isinstance(cflags, Sequence):
+        raise TypeError(f"cflags must be a sequence of str (e.g. ['-DMAX=8']), got {cflags!r}")
+    for flag in cflags:
+        _check.string(flag, "cflags item")
+    return list(cflags)
+
+
+def _source_path(source_or_path: object) -> Path | None:
+    """The source file named by ``source_or_path``, or None when it is the C text itself."""
+    if isinstance(source_or_path, (bytes, bytearray, memoryview)):
+        return None
+    if isinstance(source_or_path, str) and "\n" in source_or_path:
+        return None
+    path = Path(_check.path(source_or_path, "source_or_path"))
+    if not path.is_file():
+        raise FileNotFoundError(f"source_or_path: no such file {str(path)!r} (C source text must contain "
+                                "a newline to be taken as source)")
+    return path
+
+
+def default_output(source: str | os.PathLike[str]) -> Path:
+    """``x.bpf.c`` -> ``x.bpf.o`` (``x.c`` -> ``x.o``) beside the source."""
+    path = Path(source)
+    return path.with_suffix(".o") if path.suffix == ".c" else path.with_name(path.name + ".o")
+
+
+def compile(source_or_path: str | os.PathLike[str] | bytes, output: str | os.PathLike[str] | None = None, *,
+            cflags: Sequence[str] = ()) -> Path:
+    """Compile one BPF C program into a CO-RE object with clang; returns the object's path.
+
+    ``source_or_path`` is a path to the ``.bpf.c`` file, or the C text itself
+    (``bytes``, or a ``str`` containing a newline). The include path holds, in
+    order: the source's directory (for a file), the directory of
+    :func:`vmlinux_h` (``#include "vmlinux.h"``; generated when the kernel has
+    BTF), :func:`include_dir` (``#include <bpf/bpf_helpers.h>``); ``cflags``
+    come after the defaults (``-g -O2 -target bpf -D__TARGET_ARCH_<arch>``)
+    and can add ``-I``/``-D``/``-W`` options. ``output`` defaults to the
+    source's name with ``.o`` (``prog.bpf.c`` -> ``prog.bpf.o``); C text needs
+    an ``output``.
+
+    Blocks while clang runs. Raises CompileError when clang is missing or
+    fails (``.output`` holds its diagnostics), FileNotFoundError for a missing
+    source file, TypeError/ValueError for bad arguments.
+    """
+    flags = _cflags(cflags)
+    src = _source_path(source_or_path)
+    if output is None:
+        if src is None:
+            raise ValueError("output is required when source_or_path is C text, not a file")
+        out = default_output(src)
+    else:
+        out = Path(_check.path(output, "output"))
+    label = "the C source text" if src is None else str(src)
+    clang = find_clang()
+    with tempfile.TemporaryDirectory(prefix="pylibbpf-compile-") as tmp:
+        if src is None:
+            src = Path(tmp) / "source.bpf.c"
+            text = source_or_path
+            src.write_bytes(text.encode() if isinstance(text, str) else bytes(text))  # type: ignore[arg-type]
+            includes = []
+        else:
+            includes = [f"-I{src.resolve().parent}"]
+        if VMLINUX_BTF.exists():
+            includes.append(f"-I{Path(vmlinux_h()).parent}")
+        # usdt.bpf.h includes <asm/errno.h>, which Debian keeps in the multiarch directory that
+        # clang does not search for -target bpf; searched last, so it never shadows vmlinux.h.
+        multiarch = Path(f"/usr/include/{platform.machine()}-linux-gnu")
+        if multiarch.is_dir():
+            flags = [*flags, f"-idirafter{multiarch}"]
+        arch = _TARGET_ARCH.get(platform.machine(), platform.machine())
+        command = [clang, "-g", "-O2", "-target", "bpf", f"-D__TARGET_ARCH_{arch}", *includes,
+                   f"-I{include_dir()}", *flags, "-c", str(src), "-o", str(out)]
+        _log.info("%s", shlex.join(command))
+        proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise CompileError(f"clang could not compile {label} (exit {proc.returncode}):\n{proc.stderr.rstrip()}",
+                           command, proc.stderr)
+    return out
+
+
+def compile_bytes(source_or_path: str | os.PathLike[str] | bytes, *, cflags: Sequence[str] = ()) -> tuple[bytes, str]:
+    """Compile like :func:`compile` into memory: (the object's bytes, a name for it: the source file's
+    name up to its first dot, or ``"source"`` for C text)."""
+    src = _source_path(source_or_path)
+    name = src.name.split(".", 1)[0] if src is not None else "source"
+    with tempfile.TemporaryDirectory(prefix="pylibbpf-compile-") as tmp:
+        out = compile(source_or_path, Path(tmp) / f"{name}.bpf.o", cflags=cflags)
+        return out.read_bytes(), name
