@@ -43,7 +43,10 @@ $(VENV)/.stamp-venv: pyproject.toml setup.py | $(LIBBPF_A)
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q -e '.[test]'
-	@touch $(EXT_STAMP) $@
+	@# build_ffi.py runs next (make build): it also removes an extension left by an
+	@# earlier build under another file name, which Python would load first.
+	@rm -f $(EXT_STAMP)
+	@touch $@
 
 build: setup $(EXT_STAMP)
 	@if [ -e /sys/kernel/btf/vmlinux ]; then $(VPY) tools/build_bpf.py tests/bpf tests/bpf/build >/dev/null; fi
