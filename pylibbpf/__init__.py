@@ -34,7 +34,8 @@ from .events import (
     make_event_serializer,
 )
 from .hist import Histogram
-from .object import BPFObject, Map
+from .maps import Globals, Map, RawMap
+from .object import BPFObject
 from .perfbuf import OrderedBatch, OrderedReader, OrderedStats, PerfBuffer, PerfReader, Record
 from .program import Link, Program, ProgramStats, TestRun, enable_stats
 from .ringbuf import (
@@ -64,6 +65,7 @@ __all__ = [
     "ClosedError",
     "ConsumerStats",
     "EventDef",
+    "Globals",
     "Histogram",
     "Insn",
     "KernelSymbols",
@@ -78,6 +80,7 @@ __all__ = [
     "ProcessSymbols",
     "Program",
     "ProgramStats",
+    "RawMap",
     "Record",
     "RingBufConsumer",
     "RingBufLayout",

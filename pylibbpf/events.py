@@ -368,10 +368,9 @@ class EventDef:
 
     @classmethod
     def from_btf(cls, obj: Any, name: str) -> EventDef:
-        """``struct name`` as the compiler laid it out, from a BPFObject's BTF (see pylibbpf.btf)."""
-        from .btf import struct_event_def
-
-        return struct_event_def(obj, name)
+        """``struct name`` as the compiler laid it out, from a BPFObject's BTF: ``obj.btf_struct(name)``."""
+        event: EventDef = obj.btf_struct(name)
+        return event
 
     def __setattr__(self, key: str, value: object) -> None:
         raise AttributeError(f"EventDef {self._name!r} is immutable")

@@ -45,7 +45,8 @@ from ..btf import printable_name
 from ..consumers import BackpressureConsumer, BackpressureStats, SamplingConsumer
 from ..errors import BPFError
 from ..events import EventDef, EventRecord
-from ..object import BPFObject, Map
+from ..maps import Map
+from ..object import BPFObject
 from ..perfbuf import OrderedBatch, OrderedReader, OrderedStats
 from ..program import Link
 from ..ringbuf import RingBuffer
@@ -464,13 +465,10 @@ def _attach(obj: BPFObject) -> list[Link]:
 def _kernel_drops(obj: BPFObject) -> int:
     """Events the BPF side could not write (ring buffer full), summed over CPUs."""
     try:
-        values = obj.maps["dropped"].lookup(0)
+        values = obj.maps["dropped"].lookup(0)  # a u64 per possible CPU
     except (KeyError, BPFError):
         return 0
-    if values is None:
-        return 0
-    per_cpu = values if isinstance(values, list) else [values]
-    return sum(int.from_bytes(v[:8], "little") for v in per_cpu)
+    return sum(values) if values else 0
 
 
 def _make_source(args: argparse.Namespace, obj: BPFObject, event: EventDef, printer: EventPrinter) -> EventSource:
