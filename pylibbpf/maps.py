@@ -480,7 +480,7 @@ class Map(_Elements):
             _libbpf.bpf_map__set_pin_path(ptr, path, f"bpf_map__set_pin_path({self.name}, {path})")
 
     def unpin(self) -> None:
-        """Remove the map's pin (``bpf_map__unpin``); before load, forget the pin path set by :meth:`pin`.
+        """Remove the map's pin (``bpf_map__unpin``) and forget its path (before load: not pinned at load).
 
         BPFError (EINVAL) when the map has no pin path.
         """
@@ -490,8 +490,7 @@ class Map(_Elements):
             raise BPFError(errno.EINVAL, f"map {self.name!r} is not pinned", what)
         if self._owner.loaded:
             _libbpf.bpf_map__unpin(ptr, None, what)
-        else:
-            _libbpf.bpf_map__set_pin_path(ptr, None, what)
+        _libbpf.bpf_map__set_pin_path(ptr, None, what)  # so that pin() may choose another path
 
     def reuse_pinned(self, path: str | os.PathLike[str]) -> None:
         """Use the map pinned at ``path`` (by another process or object) instead of creating one.
@@ -743,7 +742,7 @@ class Map(_Elements):
             try:
                 _libbpf.bpf_map_update_batch(fd, keys, values, n, opts, what)
             except BPFError as e:
-                if not (e.errno in _NO_BATCH and start == 0 and n[0] == 0):
+                if not (e.errno in _NO_BATCH and start == 0):  # the kernel leaves n as it was
                     raise
                 self._write_each(fd, pairs, flags)
                 return
@@ -765,7 +764,7 @@ class Map(_Elements):
             try:
                 complete = _libbpf.bpf_map_delete_batch(fd, _cbuf(b"".join(chunk)), n, opts, what)
             except BPFError as e:
-                if not (e.errno in _NO_BATCH and deleted == 0 and n[0] == 0):
+                if not (e.errno in _NO_BATCH and start == 0):
                     raise
                 return self._delete_each(fd, keys)
             deleted += int(n[0])
