@@ -578,7 +578,10 @@ def describe_object(obj: BPFObject, only: str | None = None) -> dict[str, Any]:
             for f in event.field_infos]})
     if only is not None and not structs:
         raise CommandError(f"{obj.name} has no struct named {only!r} in its BTF")
-    return {"object": obj.name, "programs": programs, "maps": maps, "structs": structs}
+    type_names = {name: obj.globals.type_of(name) for name in obj.globals}
+    global_vars = [{"name": name, "section": obj.globals.section(name),
+                    "type": t if isinstance(t, str) else f"struct {t.name}"} for name, t in type_names.items()]
+    return {"object": obj.name, "programs": programs, "maps": maps, "globals": global_vars, "structs": structs}
 
 
 def _table(rows: Sequence[Sequence[object]], headers: Sequence[str], right: frozenset[int]) -> list[str]:
@@ -597,6 +600,9 @@ def format_description(info: dict[str, Any]) -> str:
     out += ["", f"maps ({len(info['maps'])})"]
     out += _table([(m["name"], m["type"], m["key_size"], m["value_size"], m["max_entries"]) for m in info["maps"]],
                   ("NAME", "TYPE", "KEY", "VALUE", "MAX_ENTRIES"), frozenset({2, 3, 4}))
+    out += ["", f"globals ({len(info['globals'])})"]
+    out += _table([(g["name"], g["section"], g["type"]) for g in info["globals"]],
+                  ("NAME", "SECTION", "TYPE"), frozenset())
     out += ["", f"structs ({len(info['structs'])})"]
     for s in info["structs"]:
         if "error" in s:
