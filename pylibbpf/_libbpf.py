@@ -349,7 +349,7 @@ def bpf_map_lookup_batch(fd: int, in_batch: CData, out_batch: CData, keys: CData
     ret = lib.bpf_map_lookup_batch(fd, in_batch, out_batch, keys, values, count, opts)
     if ret < 0 and -ret != errno.ENOENT:
         raise error(-ret, what)
-    return ret < 0
+    return bool(ret < 0)
 
 
 def bpf_map_lookup_and_delete_batch(fd: int, in_batch: CData, out_batch: CData, keys: CData, values: CData,
@@ -358,7 +358,7 @@ def bpf_map_lookup_and_delete_batch(fd: int, in_batch: CData, out_batch: CData, 
     ret = lib.bpf_map_lookup_and_delete_batch(fd, in_batch, out_batch, keys, values, count, opts)
     if ret < 0 and -ret != errno.ENOENT:
         raise error(-ret, what)
-    return ret < 0
+    return bool(ret < 0)
 
 
 def bpf_map_update_batch(fd: int, keys: CData, values: CData, count: CData, opts: CData, what: str) -> None:
@@ -371,7 +371,7 @@ def bpf_map_delete_batch(fd: int, keys: CData, count: CData, opts: CData, what: 
     ret = lib.bpf_map_delete_batch(fd, keys, count, opts)
     if ret < 0 and -ret != errno.ENOENT:
         raise error(-ret, what)
-    return ret >= 0
+    return bool(ret >= 0)
 
 
 def bpf_map_lookup_and_delete_elem(fd: int, key: CData, value: CData, what: str) -> bool:

@@ -475,7 +475,13 @@ class Map(_Elements):
         path = _check.path(path, "path")
         ptr = self._check()
         if self._owner.loaded:
-            _libbpf.bpf_map__pin(ptr, path, f"bpf_map__pin({self.name}, {path})")
+            previous = self.pin_path
+            try:
+                _libbpf.bpf_map__pin(ptr, path, f"bpf_map__pin({self.name}, {path})")
+            except BPFError:
+                if previous is None:  # libbpf kept the refused path: forget it
+                    _libbpf.bpf_map__set_pin_path(ptr, None, f"bpf_map__set_pin_path({self.name})")
+                raise
         else:
             _libbpf.bpf_map__set_pin_path(ptr, path, f"bpf_map__set_pin_path({self.name}, {path})")
 
