@@ -28,7 +28,6 @@ from build_objects import object_path
 from pylibbpf import BPFObject, RingBuffer
 
 
-
 def signal_name(sig: int) -> str:
     try:
         return signal.Signals(sig).name

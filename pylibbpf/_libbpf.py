@@ -318,11 +318,6 @@ def bpf_map__reuse_fd(m: CData, fd: int, what: str) -> None:
     check(lib.bpf_map__reuse_fd(m, fd), what)
 
 
-def bpf_obj_get(path: str, what: str) -> int:
-    """A new fd for the object pinned at ``path`` (the caller closes it)."""
-    return check(lib.bpf_obj_get(cstr(path)), what)
-
-
 def bpf_map_get_info_by_fd(fd: int, what: str) -> CData:
     """The kernel's ``struct bpf_map_info`` of a map fd (EINVAL when the fd is not a map)."""
     info = ffi.new("struct bpf_map_info *")
