@@ -218,8 +218,6 @@ CASES: list[Case] = [
          TypeError, r"map 'events' is a perf_event_array map: it has no elements .* PerfBuffer"),
     Case("`map.stack(0)` (not a stack map)", lambda c: c.rb.maps["failed_reserves"].stack(0),
          TypeError, r"map 'failed_reserves' is array, not stack_trace"),
-    Case("`stack_map.stack(-14)` (an error id)", lambda c: c.tp.maps["calls"].stack(-14),
-         TypeError, r"is hash, not stack_trace"),
     Case("`map.max_entries = 100` after `load()`",
          lambda c: setattr(c.rb.maps["failed_reserves"], "max_entries", 100),
          BPFError, r"\[Errno 16\] map 'failed_reserves' is already created: max_entries can only be set before"),

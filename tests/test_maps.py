@@ -233,8 +233,9 @@ def test_map_that_cannot_be_created_is_named(bpf_objects: dict[str, Path]) -> No
         obj.maps["routes"].value_size = 1 << 30  # beyond what an LPM trie takes
         with pytest.raises(LoadError) as info:
             obj.load()
+    assert (info.value.stage, info.value.name) == ("map", "routes")
     message = str(info.value)
-    assert "map 'routes' could not be created: failed to create" in message
+    assert "map 'routes' could not be created" in message and "failed to create" in message
     assert "verifier log" not in message and "libbpf log" in message
 
 
