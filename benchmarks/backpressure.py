@@ -178,7 +178,7 @@ def run_trial(obj_path: Path, consumer: str, callback: Callable[[bytes], None], 
         offered, took = out.split()
         trial.offered, trial.achieved = int(offered), int(offered) / float(took)
         offered_k, failed_k, discarded_k = (int.from_bytes(v, "little") if isinstance(v, bytes) else 0
-                                            for v in (obj.maps["counters"].lookup(i) for i in range(3)))
+                                            for v in (obj.maps["counters"].raw.lookup(i) for i in range(3)))
         trial.failed, trial.submitted = failed_k, offered_k - failed_k - discarded_k
         s = c.stats()
         trial.read, trial.processed = s.events_read, s.events_processed

@@ -60,7 +60,7 @@ def libbpf_producer(kind: str, size: int) -> tuple[Any, Trigger, Callable[[], in
     key = 1 if kind == "perfbuf" else 0
 
     def failures() -> int:
-        raw = obj.maps[FAILURES_MAP].lookup(key)
+        raw = obj.maps[FAILURES_MAP].raw.lookup(key)
         return int.from_bytes(raw, "little") if isinstance(raw, bytes) else 0
 
     return obj, Trigger(prog.fd, size, per_cpu=kind == "perfbuf"), failures

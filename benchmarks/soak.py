@@ -228,7 +228,7 @@ class Soak:
     # --- the run ------------------------------------------------------------------------------
 
     def counter(self, obj: Any, idx: int) -> int:
-        raw = obj.maps["counters"].lookup(idx)
+        raw = obj.maps["counters"].raw.lookup(idx)
         return int.from_bytes(raw, "little")
 
     def sample(self, t: float) -> None:

@@ -13,7 +13,6 @@ the public API only.
 from __future__ import annotations
 
 import argparse
-import struct
 import sys
 import time
 
@@ -21,19 +20,15 @@ from build_objects import object_path
 
 from pylibbpf import BPFObject, Map
 
-#: struct sample_key of profile.bpf.c: pid, kernel stack id, user stack id, comm.
-SAMPLE_KEY = struct.Struct("<Iii16s")
-
 
 def stack_frames(stacks: Map, stack_id: int) -> list[int]:
     """The frame addresses of a stack id (negative ids are the kernel's errors: no stack)."""
     if stack_id < 0:
         return []
-    raw = stacks.lookup(stack_id)
-    if not isinstance(raw, bytes):
+    try:
+        return stacks.stack(stack_id)
+    except KeyError:  # evicted by another stack with the same hash
         return []
-    frames = struct.unpack(f"<{len(raw) // 8}Q", raw)
-    return [f for f in frames if f]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with BPFObject.open(object_path("profile")) as obj:
         obj.load()
-        obj.maps["target"].update(0, args.pid.to_bytes(4, "little"))
+        obj.maps["target"][0] = args.pid
         links = obj.programs["on_sample"].attach_perf_event("cpu-clock", frequency=args.frequency)
         print(f"sampling {len(links)} CPUs at {args.frequency} Hz for {args.duration} s", file=sys.stderr)
         try:
@@ -54,17 +49,13 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for link in links:
                 link.destroy()
-        counted = []
-        for key, value in obj.maps["samples"].items():
-            assert isinstance(value, bytes)
-            counted.append((int.from_bytes(value, "little"), SAMPLE_KEY.unpack(key)))
-        counted.sort(reverse=True)
+        # Keys are records of struct sample_key (pid, kernel and user stack ids, comm); values ints.
+        counted = sorted(((n, tuple(key)) for key, n in obj.maps["samples"].items()), reverse=True)
         total = sum(n for n, _ in counted)
         print(f"{total} samples, {len(counted)} distinct stacks")
         stacks = obj.maps["stacks"]
         for n, (pid, kstack, ustack, comm) in counted[:args.top]:
-            name = comm.split(b"\0", 1)[0].decode(errors="replace")
-            print(f"{n:8d}  {name} ({pid})")
+            print(f"{n:8d}  {comm} ({pid})")
             for addr in stack_frames(stacks, ustack) + stack_frames(stacks, kstack):
                 print(f"          {addr:#018x}")
     return 0

@@ -35,8 +35,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(args.duration)
             except KeyboardInterrupt:
                 pass
-        rows = sorted(((int.from_bytes(k, "little"), int.from_bytes(bytes(v), "little"))
-                       for k, v in obj.maps["calls"].items()), key=lambda r: -r[1])
+        rows = sorted(obj.maps["calls"].items(), key=lambda r: -r[1])  # typed: pid -> calls
         print(f"{'PID':>8} {'CALLS':>10}  {args.symbol} in {args.binary}")
         for pid, calls in rows:
             print(f"{pid:>8} {calls:>10}")

@@ -35,7 +35,8 @@ from .events import (
     make_event_serializer,
 )
 from .hist import Histogram
-from .object import BPFObject, Map
+from .maps import Globals, Map, RawMap
+from .object import BPFObject
 from .perfbuf import OrderedBatch, OrderedReader, OrderedStats, PerfBuffer, PerfReader, Record
 from .program import Link, Program, ProgramStats, TestRun, enable_stats
 from .ringbuf import (
@@ -65,6 +66,7 @@ __all__ = [
     "ClosedError",
     "ConsumerStats",
     "EventDef",
+    "Globals",
     "Histogram",
     "Insn",
     "KernelSymbols",
@@ -79,6 +81,7 @@ __all__ = [
     "ProcessSymbols",
     "Program",
     "ProgramStats",
+    "RawMap",
     "Record",
     "RingBufConsumer",
     "RingBufLayout",

@@ -90,7 +90,9 @@ def bpf_object__open_mem(buf: CData, size: int, opts: CData, what: str) -> CData
 
 
 # libbpf's messages (libbpf.c) that say which part of a load failed.
-_MAP_FAILED = re.compile(r"map '([^']*)': failed to create")
+# A pinned map that could not be reused fails the load too ("error reusing pinned map").
+_MAP_FAILED = re.compile(r"map '([^']*)': (?:failed to create|error reusing pinned map|cannot find pinned map|"
+                         r"failed to auto-pin)")
 _PROG_FAILED = re.compile(r"prog '([^']*)': (?:BPF program load failed|failed to load)")
 
 
@@ -240,6 +242,141 @@ def bpf_map__initial_value(m: CData) -> bytes | None:
 def bpf_map__set_initial_value(m: CData, data: bytes, what: str) -> None:
     """Replace the initial contents (before load; the size must be the map's value size)."""
     check(lib.bpf_map__set_initial_value(m, data, len(data)), what)
+
+
+def bpf_map__c_initial_value(m: CData) -> tuple[CData, int]:
+    """The global-data map's memory itself (not a copy), ``(NULL, 0)`` when it has none.
+
+    Before load: libbpf's initial image. After load: the kernel map mapped into
+    this process for an mmapable map (.data/.bss read-write, .rodata read-only);
+    NULL for a map that is not mmapable. Valid while the object is open.
+    """
+    size = ffi.new("size_t *")
+    ptr = lib.bpf_map__initial_value(m, size)
+    if ptr == ffi.NULL:
+        return ffi.NULL, 0
+    return ffi.cast("char *", ptr), int(size[0])
+
+
+def _logged(ret: int, lines: list[str], what: str) -> int:
+    """As :func:`check`, with libbpf's last warning (why it refused) added to the message."""
+    if ret < 0:
+        why = lines[-1].removeprefix("libbpf: ") if lines else ""
+        message = strerror(-ret) + (f" ({why})" if why else "")
+        raise BPFError(-ret, message, what)
+    return ret
+
+
+def bpf_map__set_max_entries(m: CData, n: int, what: str) -> None:
+    check(lib.bpf_map__set_max_entries(m, n), what)
+
+
+def bpf_map__set_value_size(m: CData, n: int, what: str) -> None:
+    with capture_log() as lines:
+        ret = lib.bpf_map__set_value_size(m, n)
+    _logged(ret, lines, what)
+
+
+def bpf_map__map_flags(m: CData) -> int:
+    return int(lib.bpf_map__map_flags(m))
+
+
+def bpf_map__btf_key_type_id(m: CData) -> int:
+    return int(lib.bpf_map__btf_key_type_id(m))
+
+
+def bpf_map__btf_value_type_id(m: CData) -> int:
+    return int(lib.bpf_map__btf_value_type_id(m))
+
+
+def bpf_map__is_internal(m: CData) -> bool:
+    return bool(lib.bpf_map__is_internal(m))
+
+
+def bpf_map__set_pin_path(m: CData, path: str | None, what: str) -> None:
+    check(lib.bpf_map__set_pin_path(m, cstr(path)), what)
+
+
+def bpf_map__pin_path(m: CData) -> str | None:
+    ptr = lib.bpf_map__pin_path(m)
+    return None if ptr == ffi.NULL else string(ptr)
+
+
+def bpf_map__pin(m: CData, path: str | None, what: str) -> None:
+    with capture_log() as lines:
+        ret = lib.bpf_map__pin(m, cstr(path))
+    _logged(ret, lines, what)
+
+
+def bpf_map__unpin(m: CData, path: str | None, what: str) -> None:
+    with capture_log() as lines:
+        ret = lib.bpf_map__unpin(m, cstr(path))
+    _logged(ret, lines, what)
+
+
+def bpf_map__reuse_fd(m: CData, fd: int, what: str) -> None:
+    check(lib.bpf_map__reuse_fd(m, fd), what)
+
+
+def bpf_map_get_info_by_fd(fd: int, what: str) -> CData:
+    """The kernel's ``struct bpf_map_info`` of a map fd (EINVAL when the fd is not a map)."""
+    info = ffi.new("struct bpf_map_info *")
+    size = ffi.new("__u32 *", ffi.sizeof("struct bpf_map_info"))
+    check(lib.bpf_map_get_info_by_fd(fd, info, size), what)
+    return info
+
+
+def bpf_map_batch_opts(elem_flags: int = 0) -> CData:
+    opts = ffi.new("struct bpf_map_batch_opts *")
+    opts.sz = ffi.sizeof("struct bpf_map_batch_opts")
+    opts.elem_flags = elem_flags
+    return opts
+
+
+def bpf_map_lookup_batch(fd: int, in_batch: CData, out_batch: CData, keys: CData, values: CData,
+                         count: CData, opts: CData, what: str) -> bool:
+    """Read up to ``count[0]`` elements (count[0] then holds how many were read).
+
+    True at the end of the map (ENOENT, the last elements read are counted);
+    every other error raises BPFError (ENOSPC: a hash bucket holds more
+    elements than ``count[0]``; ENOTSUPP/EOPNOTSUPP/EINVAL: no batch support).
+    """
+    ret = lib.bpf_map_lookup_batch(fd, in_batch, out_batch, keys, values, count, opts)
+    if ret < 0 and -ret != errno.ENOENT:
+        raise error(-ret, what)
+    return bool(ret < 0)
+
+
+def bpf_map_lookup_and_delete_batch(fd: int, in_batch: CData, out_batch: CData, keys: CData, values: CData,
+                                    count: CData, opts: CData, what: str) -> bool:
+    """As :func:`bpf_map_lookup_batch`, deleting what it reads."""
+    ret = lib.bpf_map_lookup_and_delete_batch(fd, in_batch, out_batch, keys, values, count, opts)
+    if ret < 0 and -ret != errno.ENOENT:
+        raise error(-ret, what)
+    return bool(ret < 0)
+
+
+def bpf_map_update_batch(fd: int, keys: CData, values: CData, count: CData, opts: CData, what: str) -> None:
+    """Write ``count[0]`` elements; on error, count[0] holds how many were written before it."""
+    check(lib.bpf_map_update_batch(fd, keys, values, count, opts), what)
+
+
+def bpf_map_delete_batch(fd: int, keys: CData, count: CData, opts: CData, what: str) -> bool:
+    """Delete ``count[0]`` keys; False when the key at index count[0] (after the call) is missing."""
+    ret = lib.bpf_map_delete_batch(fd, keys, count, opts)
+    if ret < 0 and -ret != errno.ENOENT:
+        raise error(-ret, what)
+    return bool(ret >= 0)
+
+
+def bpf_map_lookup_and_delete_elem(fd: int, key: CData, value: CData, what: str) -> bool:
+    """True when found (value filled, element deleted), False for ENOENT; other errors raise."""
+    ret = lib.bpf_map_lookup_and_delete_elem(fd, key, value)
+    if ret < 0:
+        if -ret == errno.ENOENT:
+            return False
+        raise error(-ret, what)
+    return True
 
 
 def bpf_map_lookup_elem(fd: int, key: CData, value: CData, what: str) -> bool:

@@ -1,4 +1,4 @@
-"""Event layouts read from BTF: what the compiler laid out, as an EventDef.
+"""Event layouts and typed values read from BTF: what the compiler laid out.
 
 ``struct_event_def(obj, "event")`` walks ``struct event`` in the object's BTF
 through libbpf's btf API and returns an :class:`~pylibbpf.events.EventDef` whose
@@ -15,18 +15,27 @@ offsets and size are exactly the compiler's:
 - pointers are ``ptr`` (8 bytes);
 - bitfields and floating-point members are refused with a ValueError that names
   the member.
+
+``value_type(btf, type_id, label)`` gives a :class:`ValueType` for any type (a
+map's key or value, a global variable): ints (range-checked), bools, enums
+(ints; an enumerator's name is accepted when writing), floats, char arrays
+(str), other arrays (tuples), structs and unions (records of an EventDef as
+above). A type an EventDef cannot hold (a struct with a bitfield...) becomes
+bytes of its size, with the reason kept in ``ValueType.why_bytes``.
+``datasec_vars(btf, type_id)`` walks a DATASEC (a global-data section) into its
+variables. Nothing here holds the BTF: the caller keeps its owner open.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from . import _libbpf
+from . import _check, _libbpf
 from ._ffi import lib
-
-if TYPE_CHECKING:
-    from .events import EventDef
-    from .object import BPFObject
+from .events import EventDef, EventRecord
 
 CData = Any
 _INT_NAMES = {(1, False): "u8", (1, True): "i8", (2, False): "u16", (2, True): "i16",
@@ -108,17 +117,40 @@ class _Walker:
             self.member(m.type, full, offset + lib.btf_member_bit_offset(t, i) // 8)
 
 
-def struct_layout(btf: CData, name: str) -> tuple[list[tuple[str, str, int, int]], int]:
+def _missing_struct(btf: CData, name: str, owner: str) -> KeyError:
+    """Why a struct is not in an object's BTF, and how to keep it there."""
+    known = struct_names(btf)
+    listed = ", ".join(known[:20]) + (", ..." if len(known) > 20 else "") if known else "none"
+    return KeyError(
+        f"no struct named {name!r} in the BTF of {owner}: the compiler keeps only the types reached "
+        f"from a global variable, a map or a function signature. Keep it with a global "
+        f"(`struct {name} *keep_{name} __attribute__((unused));`) or a map's "
+        f"`__type(value, struct {name})`; `pylibbpf inspect OBJ.bpf.o` lists the structs there are "
+        f"(known: {listed})")
+
+
+def struct_layout(btf: CData, name: str, owner: str = "the object") -> tuple[list[tuple[str, str, int, int]], int]:
     """(rows, size) of ``struct name``: rows are (field, type, count, offset). KeyError if absent."""
     type_id = _libbpf.btf__find_by_name_kind(btf, name, lib.BTF_KIND_STRUCT)
     if type_id < 0:
         type_id = _libbpf.btf__find_by_name_kind(btf, name, lib.BTF_KIND_TYPEDEF)
     if type_id < 0:
-        raise KeyError(f"no struct named {name!r} in the BTF")
-    walker = _Walker(btf, name)
-    _, t = walker.type(type_id, name)
+        raise _missing_struct(btf, name, owner)
+    rows, size = type_layout(btf, type_id, name)
+    if rows is None:
+        raise KeyError(f"{name!r} in the BTF of {owner} is not a struct")
+    return rows, size
+
+
+def type_layout(btf: CData, type_id: int, label: str) -> tuple[list[tuple[str, str, int, int]] | None, int]:
+    """(rows, size) of the struct or union ``type_id`` (typedefs resolved); rows None for other kinds.
+
+    ValueError (naming the member) for what an EventDef cannot hold.
+    """
+    walker = _Walker(btf, label)
+    _, t = walker.type(type_id, label)
     if lib.btf_kind(t) not in (lib.BTF_KIND_STRUCT, lib.BTF_KIND_UNION):
-        raise KeyError(f"{name!r} in the BTF is not a struct")
+        return None, 0
     walker.record(t, "", 0)
     return walker.rows, int(t.size)
 
@@ -139,9 +171,291 @@ def printable_name(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def struct_event_def(obj: BPFObject, name: str) -> EventDef:
-    """``struct name`` of the object's BTF as an EventDef (see the module docstring)."""
-    from .events import EventDef
+def struct_event_def(btf: CData, name: str, owner: str = "the object") -> EventDef:
+    """``struct name`` of ``btf`` as an EventDef (see the module docstring).
 
-    rows, size = struct_layout(obj._btf(), name)
+    KeyError, explaining why a struct may be missing and how to keep it, when
+    there is no such struct; ``owner`` names the object in that message.
+    """
+    rows, size = struct_layout(btf, name, owner)
     return EventDef._from_layout(printable_name(name), rows, size)
+
+
+# --- typed values ----------------------------------------------------------------------------
+
+class ValueType:
+    """How the bytes of one BTF type read and write as a Python value.
+
+    ``name`` is a short type name (``u32``, ``bool``, ``char[16]``, ``u64[4]``,
+    ``struct event``, ``bytes[12]``), ``size`` its size in bytes. ``decode``
+    takes at least ``size`` bytes; ``encode`` returns exactly ``size`` bytes or
+    raises TypeError/ValueError whose message starts with ``label``.
+    """
+
+    name: str = ""
+    size: int = 0
+    #: EventDef of a struct or union type, else None.
+    event: EventDef | None = None
+    #: Why this type reads as bytes (None when it is typed).
+    why_bytes: str | None = None
+
+    def decode(self, raw: bytes) -> Any:
+        raise NotImplementedError
+
+    def encode(self, value: object, label: str) -> bytes:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<ValueType {self.name} ({self.size} bytes)>"
+
+
+class BytesType(ValueType):
+    """Bytes of a fixed size: the type of maps without BTF, and of types an EventDef cannot hold."""
+
+    def __init__(self, size: int, why: str | None = None) -> None:
+        self.size, self.name, self.why_bytes = size, f"bytes[{size}]", why
+
+    def decode(self, raw: bytes) -> bytes:
+        return bytes(raw[:self.size])
+
+    def encode(self, value: object, label: str) -> bytes:
+        if isinstance(value, int) and not isinstance(value, bool):
+            try:  # an int for bytes: little-endian, as BPF programs store it (the raw protocol's keys)
+                return value.to_bytes(self.size, "little", signed=value < 0)
+            except OverflowError:
+                raise ValueError(f"{label}: {value} does not fit {self.size} bytes") from None
+        data = bytes(_check.buffer(value, label)) if not isinstance(value, bytes) else value
+        if len(data) != self.size:
+            raise ValueError(f"{label}: needs {self.size} bytes, got {len(data)}")
+        return data
+
+
+_INT_FORMATS = {1: "b", 2: "h", 4: "i", 8: "q"}
+
+
+class IntType(ValueType):
+    """An integer (``u8``..``i64``, ``ptr``), a ``bool`` or an enum (an int; names accepted when writing)."""
+
+    def __init__(self, name: str, size: int, signed: bool, *, is_bool: bool = False,
+                 enumerators: Mapping[str, int] | None = None) -> None:
+        self.name, self.size, self.is_bool = name, size, is_bool
+        code = _INT_FORMATS[size]
+        self._struct = struct.Struct("<" + (code if signed else code.upper()))
+        bits = 8 * size
+        self.lo, self.hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+        self.enumerators = dict(enumerators or {})
+
+    def decode(self, raw: bytes) -> int | bool:
+        value: int = self._struct.unpack_from(raw)[0]
+        return bool(value) if self.is_bool else value
+
+    def encode(self, value: object, label: str) -> bytes:
+        if self.is_bool:
+            if not isinstance(value, bool) and value not in (0, 1):
+                raise TypeError(f"{label} ({self.name}) must be a bool, got {value!r} ({type(value).__name__})")
+            return self._struct.pack(int(value))  # type: ignore[call-overload]
+        if isinstance(value, str) and self.enumerators:
+            if value not in self.enumerators:
+                raise ValueError(f"{label} ({self.name}) has no enumerator {value!r} "
+                                 f"(known: {', '.join(self.enumerators)})")
+            value = self.enumerators[value]
+        return self._struct.pack(_check.integer(value, f"{label} ({self.name})", lo=self.lo, hi=self.hi))
+
+
+class FloatType(ValueType):
+    """A ``float`` (4 bytes) or ``double`` (8 bytes)."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.name = size, "float" if size == 4 else "double"
+        self._struct = struct.Struct("<f" if size == 4 else "<d")
+
+    def decode(self, raw: bytes) -> float:
+        return float(self._struct.unpack_from(raw)[0])
+
+    def encode(self, value: object, label: str) -> bytes:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{label} ({self.name}) must be a number, got {value!r} ({type(value).__name__})")
+        return self._struct.pack(value)
+
+
+class CharArrayType(ValueType):
+    """``char[n]``: reads as str (up to the first NUL); writes str (UTF-8) or bytes of at most n, NUL-padded."""
+
+    def __init__(self, count: int) -> None:
+        self.size, self.name = count, f"char[{count}]"
+
+    def decode(self, raw: bytes) -> str:
+        return bytes(raw[:self.size]).split(b"\0", 1)[0].decode("utf-8", "replace")
+
+    def encode(self, value: object, label: str) -> bytes:
+        if isinstance(value, str):
+            data = value.encode("utf-8")
+        elif isinstance(value, (bytes, bytearray, memoryview)):
+            data = bytes(value)
+        else:
+            raise TypeError(f"{label} ({self.name}) must be a str or bytes, got {type(value).__name__}")
+        if len(data) > self.size:
+            raise ValueError(f"{label} ({self.name}) holds {self.size} bytes, got {len(data)} ({value!r})")
+        return data.ljust(self.size, b"\0")
+
+
+class ArrayType(ValueType):
+    """An array of another type: reads as a tuple; writes a sequence of at most ``count`` (the rest zero)."""
+
+    def __init__(self, elem: ValueType, count: int) -> None:
+        self.elem, self.count = elem, count
+        self.size, self.name = elem.size * count, f"{elem.name}[{count}]"
+
+    def decode(self, raw: bytes) -> tuple[Any, ...]:
+        n = self.elem.size
+        return tuple(self.elem.decode(raw[i * n:(i + 1) * n]) for i in range(self.count))
+
+    def encode(self, value: object, label: str) -> bytes:
+        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+            raise TypeError(f"{label} ({self.name}) must be a sequence, got {type(value).__name__}")
+        items = list(value)
+        if len(items) > self.count:
+            raise ValueError(f"{label} ({self.name}) holds {self.count} items, got {len(items)}")
+        parts = [self.elem.encode(v, f"{label}[{i}]") for i, v in enumerate(items)]
+        return b"".join(parts).ljust(self.size, b"\0")
+
+
+class RecordType(ValueType):
+    """A struct or union: reads as a record of :attr:`event`; writes a record or a mapping.
+
+    A mapping may nest (``{"ports": {"sport": 80}}``) or use the dotted field
+    names (``{"ports.sport": 80}``); missing fields and padding are zero.
+    """
+
+    def __init__(self, event: EventDef) -> None:
+        self.event, self.size, self.name = event, event.size, f"struct {event.name}"
+
+    def decode(self, raw: bytes) -> EventRecord:
+        assert self.event is not None
+        return self.event.parse(raw)
+
+    def encode(self, value: object, label: str) -> bytes:
+        assert self.event is not None
+        if isinstance(value, EventRecord):
+            return self.event.serialize(value)
+        if not isinstance(value, Mapping):
+            raise TypeError(f"{label} ({self.name}) must be a record or a mapping, got {type(value).__name__}")
+        try:
+            return self.event.serialize(_flatten(value, ""))
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{label}: {e}") from None
+
+
+def _flatten(values: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """``{"a": {"b": 1}, "c": [{"d": 2}]}`` -> ``{"a.b": 1, "c.0.d": 2}`` (the flattened field names)."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, name + "."))
+        elif isinstance(value, Sequence) and value and all(isinstance(v, Mapping) for v in value):
+            for i, item in enumerate(value):
+                flat.update(_flatten(item, f"{name}.{i}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def value_type(btf: CData, type_id: int, label: str) -> ValueType:
+    """The :class:`ValueType` of BTF type ``type_id`` (typedefs and modifiers resolved).
+
+    ``label`` names what has this type (a variable, a map's key) in the
+    EventDef of a struct without a name. Never raises for an unsupported type:
+    that becomes a :class:`BytesType` with the reason.
+    """
+    what = f"btf({label})"
+    resolved = _libbpf.btf__resolve_type(btf, type_id, what)
+    t = _libbpf.btf__type_by_id(btf, resolved, what)
+    kind = lib.btf_kind(t)
+    if kind == lib.BTF_KIND_INT:
+        if lib.btf_int_offset(t) or lib.btf_int_bits(t) != t.size * 8 or t.size not in _INT_FORMATS:
+            return BytesType(int(t.size), f"{label} is a {lib.btf_int_bits(t)}-bit integer")
+        encoding = lib.btf_int_encoding(t)
+        if encoding & lib.BTF_INT_BOOL:
+            return IntType("bool", int(t.size), False, is_bool=True)
+        signed = bool(encoding & lib.BTF_INT_SIGNED)
+        return IntType(_INT_NAMES[(int(t.size), signed)], int(t.size), signed)
+    if kind in (lib.BTF_KIND_ENUM, lib.BTF_KIND_ENUM64):
+        signed = bool(lib.btf_kflag(t))
+        return IntType(_INT_NAMES[(int(t.size), signed)], int(t.size), signed, enumerators=_enumerators(btf, t))
+    if kind == lib.BTF_KIND_PTR:
+        return IntType("ptr", 8, False)
+    if kind == lib.BTF_KIND_FLOAT and t.size in (4, 8):
+        return FloatType(int(t.size))
+    if kind == lib.BTF_KIND_ARRAY:
+        arr = lib.btf_array(t)
+        elem = value_type(btf, arr.type, label)
+        count = int(arr.nelems)
+        if elem.name in ("i8", "u8") and _is_char(btf, arr.type):
+            return CharArrayType(count)
+        if isinstance(elem, BytesType):
+            return BytesType(elem.size * count, elem.why_bytes)
+        return ArrayType(elem, count)
+    if kind in (lib.BTF_KIND_STRUCT, lib.BTF_KIND_UNION):
+        name = _libbpf.btf__name_by_offset(btf, t.name_off) or label
+        try:
+            rows, size = type_layout(btf, resolved, name)
+            return RecordType(EventDef._from_layout(name, rows or [], size))
+        except ValueError as e:
+            return BytesType(int(t.size), str(e))
+    size = _libbpf.btf__resolve_size(btf, resolved, what) if kind != lib.BTF_KIND_FUNC_PROTO else 0
+    return BytesType(size, f"{label} has BTF kind {kind}")
+
+
+def _is_char(btf: CData, type_id: int) -> bool:
+    t = _libbpf.btf__type_by_id(btf, _libbpf.btf__resolve_type(btf, type_id, "btf(char)"), "btf(char)")
+    return lib.btf_kind(t) == lib.BTF_KIND_INT and t.size == 1 and \
+        _libbpf.btf__name_by_offset(btf, t.name_off) in ("char", "signed char", "unsigned char")
+
+
+def _enumerators(btf: CData, t: CData) -> dict[str, int]:
+    out = {}
+    if lib.btf_kind(t) == lib.BTF_KIND_ENUM:
+        items = lib.btf_enum(t)
+        for i in range(lib.btf_vlen(t)):
+            value = int(items[i].val)
+            out[_libbpf.btf__name_by_offset(btf, items[i].name_off)] = value if lib.btf_kflag(t) else value & 0xFFFFFFFF
+    else:
+        items64 = lib.btf_enum64(t)
+        for i in range(lib.btf_vlen(t)):
+            value = int(lib.btf_enum64_value(items64 + i))
+            if lib.btf_kflag(t) and value >= 1 << 63:
+                value -= 1 << 64
+            out[_libbpf.btf__name_by_offset(btf, items64[i].name_off)] = value
+    return out
+
+
+@dataclass(frozen=True)
+class DataSecVar:
+    """One variable of a global-data section: its name, byte offset, size and BTF type id."""
+
+    name: str
+    offset: int
+    size: int
+    type_id: int
+
+
+def datasec_vars(btf: CData, type_id: int) -> tuple[str, list[DataSecVar]] | None:
+    """(section name, variables) of the DATASEC ``type_id``; None when it is another kind (or 0)."""
+    if type_id <= 0:
+        return None
+    t = _libbpf.btf__type_by_id(btf, type_id, "btf(datasec)")
+    if lib.btf_kind(t) != lib.BTF_KIND_DATASEC:
+        return None
+    section = _libbpf.btf__name_by_offset(btf, t.name_off)
+    infos = lib.btf_var_secinfos(t)
+    out = []
+    for i in range(lib.btf_vlen(t)):
+        info = infos[i]
+        var = _libbpf.btf__type_by_id(btf, info.type, f"btf({section})")
+        if lib.btf_kind(var) != lib.BTF_KIND_VAR:
+            continue
+        out.append(DataSecVar(_libbpf.btf__name_by_offset(btf, var.name_off), int(info.offset), int(info.size),
+                              int(var.type)))
+    return section, out
+

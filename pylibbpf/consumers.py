@@ -46,7 +46,7 @@ from ._close import current_pid
 from ._ffi import ffi, lib
 from ._reader import Callback, Waiter
 from .errors import ClosedError
-from .object import Map
+from .maps import Map
 from .ringbuf import SAFETY_NET_MS, RecordBuffer, RingBufLayout, busy_pause, require_map_type
 
 CData = Any

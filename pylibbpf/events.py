@@ -25,10 +25,14 @@ Conventions of parsed records:
   decoded as UTF-8 with invalid sequences replaced by U+FFFD.  ``parse(buf,
   raw_chars=True)`` returns the full field as ``bytes`` instead, NULs included.
 * Other arrays (count > 1) become tuples of ints; a scalar is an int.
-* A field name may be dotted (``"addr.sin_port"``, as a BTF reader flattens nested
-  structs).  Its record attribute replaces each dot by an underscore
-  (``rec.addr_sin_port``); a name that is then a Python keyword or a record
-  method gets a trailing underscore (``from`` -> ``from_``).  ``_asdict()`` and
+* Every field is a record attribute of its own name, whatever the name:
+  ``rec.count``, ``rec.index``, ``rec.items``, ``rec.keys`` return those fields'
+  values (on such a record the tuple method of that name is shadowed; use
+  ``tuple(rec)`` for it).  A field name may be dotted (``"addr.sin_port"``, as a
+  BTF reader flattens nested structs): its attribute replaces each dot by an
+  underscore (``rec.addr_sin_port``).  A name that is then a Python keyword or one
+  of the record's own underscore names (``_fields``, ``_asdict``) gets a trailing
+  underscore (``from`` -> ``from_``).  ``_asdict()`` and
   :meth:`EventDef.serialize` use the field names as defined, dots included;
   ``serialize`` also accepts the attribute names.
 """
@@ -164,7 +168,10 @@ def _rebuild_record(event: EventDef, values: tuple[Any, ...]) -> EventRecord:
     return event.record_type(values)
 
 
-_RESERVED_ATTRS = frozenset(dir(EventRecord)) | {"_fields", "_event"}
+# Only the record's own underscore names (``_asdict``, ``_fields``...) and dunders are kept
+# from fields: a field named like a public tuple method (``count``, ``index``) gets that
+# attribute, which then returns the field's value (the method is shadowed on that record type).
+_RESERVED_ATTRS = frozenset(n for n in dir(EventRecord) if n.startswith("_")) | {"_fields", "_event"}
 
 
 def _attr_name(field: str) -> str:
@@ -361,10 +368,9 @@ class EventDef:
 
     @classmethod
     def from_btf(cls, obj: Any, name: str) -> EventDef:
-        """``struct name`` as the compiler laid it out, from a BPFObject's BTF (see pylibbpf.btf)."""
-        from .btf import struct_event_def
-
-        return struct_event_def(obj, name)
+        """``struct name`` as the compiler laid it out, from a BPFObject's BTF: ``obj.btf_struct(name)``."""
+        event: EventDef = obj.btf_struct(name)
+        return event
 
     def __setattr__(self, key: str, value: object) -> None:
         raise AttributeError(f"EventDef {self._name!r} is immutable")
@@ -455,6 +461,28 @@ class EventDef:
             have = -1
         return ValueError(f"event {self._name!r} needs {need} bytes, buffer has {have}")
 
+    def _partial_values(self, buf: Any, raw_chars: bool) -> tuple[Any, ...]:
+        """Parse a buffer shorter than ``size`` whose last field (an array) is cut short."""
+        try:
+            view = memoryview(buf).cast("B")
+        except TypeError:
+            raise TypeError(
+                f"event {self._name!r}: cannot parse {type(buf).__name__}, need a bytes-like object"
+            ) from None
+        last = self._fields[-1]
+        if last.count == 1 or view.nbytes < last.offset:
+            raise self._too_short(buf, self._size if last.count == 1 else last.offset)
+        elem = _TYPES[last.type].size
+        present = min(last.count, (view.nbytes - last.offset) // elem)
+        padded = bytes(view[: last.offset + present * elem]).ljust(self._size, b"\0")
+        values = list(self._values(padded, raw_chars))
+        tail = values[-1]
+        if last.type == "char":
+            values[-1] = tail[:present] if raw_chars else tail
+        else:
+            values[-1] = tuple(tail)[:present]
+        return tuple(values)
+
     def _values(self, buf: Any, raw_chars: bool) -> tuple[Any, ...]:
         try:
             flat = self._struct.unpack_from(buf)
@@ -480,7 +508,7 @@ class EventDef:
                 out.append(flat[start : start + count])
         return tuple(out)
 
-    def parse(self, buf: Any, *, raw_chars: bool = False) -> EventRecord:
+    def parse(self, buf: Any, *, raw_chars: bool = False, partial: bool = False) -> EventRecord:
         """Parse one event from the start of ``buf`` into a record.
 
         ``buf`` is anything with the buffer protocol (``bytes``, ``bytearray``,
@@ -489,9 +517,18 @@ class EventDef:
         first NUL, or stay ``bytes`` with ``raw_chars=True``.  The record owns its
         values: nothing refers to ``buf`` afterwards.
 
+        ``partial=True`` accepts a buffer shorter than the event whose last
+        field (by offset) is an array cut short, as variable-length samples are
+        sent (an exec tracer's argv): that field holds the whole elements
+        present (a shorter tuple; the chars present, up to the first NUL), and
+        the buffer must still reach the start of that field.
+
         Raises ``ValueError`` naming the event and both sizes if ``buf`` is
-        shorter than the event, ``TypeError`` if it is not a buffer.
+        shorter than the event (or, with ``partial``, than the start of its
+        trailing array), ``TypeError`` if it is not a buffer.
         """
+        if partial and _nbytes(buf) < self._size:
+            return self._record_type(self._partial_values(buf, raw_chars))
         return self._record_type(self._values(buf, raw_chars))
 
     def _pack_values(self, values: Iterable[Any]) -> bytes:
@@ -665,6 +702,14 @@ class EventDef:
         # A strided view over the caller's memory, then one copy out of it.
         strided = np.ndarray(shape=(count,), dtype=dtype, buffer=view, strides=(stride,))
         return strided.copy()
+
+
+def _nbytes(buf: Any) -> int:
+    """The size of a bytes-like object (a large number for anything else: parsing then says why)."""
+    try:
+        return memoryview(buf).nbytes
+    except TypeError:
+        return 1 << 62
 
 
 def _numpy(what: str) -> Any:

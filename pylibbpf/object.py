@@ -1,4 +1,5 @@
-"""CO-RE objects: BPFObject and Map (Program, Link and TestRun live in :mod:`pylibbpf.program`).
+"""CO-RE objects: BPFObject (Map and Globals live in :mod:`pylibbpf.maps`; Program, Link and
+TestRun in :mod:`pylibbpf.program`).
 
 An object is opened (ELF parsed, nothing in the kernel yet), then loaded (CO-RE
 relocations resolved against the running kernel's BTF, maps created, programs
@@ -17,7 +18,9 @@ from typing import Any, TypeVar
 
 from . import _check, _close, _libbpf, build
 from ._ffi import ffi, lib
+from .btf import struct_event_def, struct_names
 from .errors import BPFError, ClosedError
+from .maps import Globals, Map, global_sections
 from .program import Link, Program
 
 logger = logging.getLogger("pylibbpf.object")
@@ -29,12 +32,13 @@ T = TypeVar("T")
 class NamedTable(Mapping[str, T]):
     """A read-only name -> item mapping whose KeyError lists the known names."""
 
-    def __init__(self, kind: str, owner: str, items: dict[str, T]) -> None:
+    def __init__(self, kind: str, owner: str, items: dict[str, T], aliases: dict[str, T] | None = None) -> None:
         self._kind, self._owner, self._items = kind, owner, items
+        self._aliases = aliases or {}  # other names an item answers to (not listed)
 
     def __getitem__(self, name: str) -> T:
         try:
-            return self._items[name]
+            return self._items[name] if name in self._items else self._aliases[name]
         except KeyError:
             known = ", ".join(sorted(self._items)) or "none"
             raise KeyError(f"no {self._kind} named {name!r} in {self._owner} (known: {known})") from None
@@ -84,8 +88,13 @@ class BPFObject:
         self.programs: NamedTable[Program] = NamedTable(
             "program", name,
             {p.name: p for p in (Program(x, alive=self._check) for x in _libbpf.bpf_object__programs(ptr))})
-        self.maps: NamedTable[Map] = NamedTable(
-            "map", name, {m.name: m for m in (Map(self, x) for x in _libbpf.bpf_object__maps(ptr))})
+        btf = _libbpf.bpf_object__btf(ptr)
+        btf = None if btf == ffi.NULL else btf
+        maps = [Map(self, x, btf) for x in _libbpf.bpf_object__maps(ptr)]
+        # A global-data map also answers to its section's name: obj.maps[".rodata"] is "execsnoo.rodata".
+        self.maps: NamedTable[Map] = NamedTable("map", name, {m.name: m for m in maps}, global_sections(maps))
+        #: The global variables by name (see :class:`~pylibbpf.maps.Globals`).
+        self.globals = Globals(self, maps, btf)
 
     @classmethod
     def open(cls, path_or_bytes: str | os.PathLike[str] | bytes | bytearray | memoryview, *,
@@ -155,6 +164,14 @@ class BPFObject:
             raise ClosedError(f"BPF object {self._name!r}")
         return self._ptr
 
+    @property
+    def c_ptr(self) -> CData:
+        """The ``struct bpf_object *`` for ``pylibbpf.lib`` calls; valid while the object is open.
+
+        ClosedError once it is closed. Do not close it through ``lib``.
+        """
+        return self._check()
+
     def load(self) -> BPFObject:
         """Relocate against the running kernel's BTF, create maps, load programs. Returns self."""
         with self._lock:
@@ -201,10 +218,13 @@ class BPFObject:
         return links
 
     def btf_struct(self, name: str) -> Any:
-        """The layout of ``struct name`` from the object's BTF, as an EventDef."""
-        from .btf import struct_event_def
+        """The layout of ``struct name`` from the object's BTF, as an EventDef.
 
-        return struct_event_def(self, name)
+        KeyError when the BTF has no such struct, saying why it may be missing
+        (the compiler keeps only the types reached from a global, a map or a
+        function signature) and how to keep it.
+        """
+        return struct_event_def(self._btf(), name, f"object {self._name!r}")
 
     def btf_struct_names(self) -> list[str]:
         """The names of every named struct in the object's BTF, in type-id order.
@@ -212,8 +232,6 @@ class BPFObject:
         Works on an opened object (no load needed). BPFError (ENOENT) when the
         object has no BTF.
         """
-        from .btf import struct_names
-
         return struct_names(self._btf())
 
     def _btf(self) -> CData:
@@ -245,172 +263,6 @@ class BPFObject:
         state = ("closed" if self._ptr is None else "loaded" if self._loaded
                  else "load failed" if self._load_failed else "open")
         return f"<BPFObject {self._name!r} {state}>"
-
-
-class Map:
-    """One map of a BPFObject (``bpf_map``); keys and values are bytes (ints are accepted as keys).
-
-    ``lookup`` returns None for a missing key; for per-CPU maps it returns one
-    bytes value per possible CPU. ``delete`` raises KeyError for a missing key.
-    """
-
-    def __init__(self, obj: BPFObject, ptr: CData) -> None:
-        self._obj = obj
-        self._ptr = ptr
-        self.name = _libbpf.bpf_map__name(ptr)
-
-    def _check(self) -> CData:
-        self._obj._check()
-        return self._ptr
-
-    @property
-    def type(self) -> int:
-        """The map type (``lib.BPF_MAP_TYPE_*``)."""
-        return _libbpf.bpf_map__type(self._check())
-
-    @property
-    def type_name(self) -> str:
-        return _libbpf.libbpf_map_type_str(self.type)
-
-    @property
-    def fd(self) -> int:
-        """The map's fd; -1 before the object is loaded."""
-        return _libbpf.bpf_map__fd(self._check())
-
-    @property
-    def key_size(self) -> int:
-        return _libbpf.bpf_map__key_size(self._check())
-
-    @property
-    def value_size(self) -> int:
-        return _libbpf.bpf_map__value_size(self._check())
-
-    @property
-    def max_entries(self) -> int:
-        return _libbpf.bpf_map__max_entries(self._check())
-
-    @property
-    def initial_value(self) -> bytes | None:
-        """A copy of the initial contents of a global-data map (``.rodata``, ``.data``, ``.bss``).
-
-        None for other maps. Before load this is what the ELF holds (or what
-        :meth:`set_initial_value` wrote).
-        """
-        return _libbpf.bpf_map__initial_value(self._check())
-
-    def set_initial_value(self, data: bytes) -> None:
-        """Set the initial contents of a global-data map before ``load()`` (``bpf_map__set_initial_value``).
-
-        The way to give ``const volatile`` globals (``.rodata``) their values:
-        ``data`` replaces the whole section, so it must be exactly
-        ``value_size`` bytes (ValueError otherwise). BPFError (EBUSY) once the
-        object is loaded; BPFError (EINVAL) for a map that is not global data.
-        """
-        ptr = self._check()
-        raw = bytes(data)
-        if len(raw) != self.value_size:
-            raise ValueError(f"initial value of map {self.name!r} must be {self.value_size} bytes, got {len(raw)}")
-        _libbpf.bpf_map__set_initial_value(ptr, raw, f"bpf_map__set_initial_value({self.name})")
-
-    @property
-    def per_cpu(self) -> bool:
-        return self.type in _PER_CPU_TYPES
-
-    def _loaded_fd(self, what: str) -> int:
-        fd = self.fd
-        if fd < 0:
-            raise BPFError(lib.EINVAL, f"map {self.name!r} is not created: call BPFObject.load() first", what)
-        return fd
-
-    def _key(self, key: bytes | int, what: str) -> CData:
-        size = self.key_size
-        if isinstance(key, int):
-            try:
-                raw = key.to_bytes(size, "little", signed=key < 0)
-            except OverflowError:
-                raise ValueError(f"{what}: key {key} does not fit the map's {size}-byte key") from None
-        elif isinstance(key, (bytes, bytearray, memoryview)):
-            raw = bytes(key)
-        else:
-            raise TypeError(f"{what}: key must be bytes or int, not {type(key).__name__}")
-        if len(raw) != size:
-            raise ValueError(f"{what}: key is {len(raw)} bytes, map {self.name!r} has {size}-byte keys")
-        return ffi.new("char[]", raw) if size else ffi.new("char[]", 1)
-
-    def _value_layout(self) -> tuple[int, int]:
-        """(number of values, stride): per-CPU maps hold one 8-byte-aligned value per possible CPU."""
-        vsize = self.value_size
-        if self.per_cpu:
-            return _libbpf.libbpf_num_possible_cpus(), (vsize + 7) & ~7
-        return 1, vsize
-
-    def lookup(self, key: bytes | int) -> bytes | list[bytes] | None:
-        """The value for ``key``, or None when the key is not in the map."""
-        what = f"bpf_map_lookup_elem({self.name})"
-        fd = self._loaded_fd(what)
-        ckey = self._key(key, what)
-        count, stride = self._value_layout()
-        value = ffi.new("char[]", max(1, count * stride))
-        if not _libbpf.bpf_map_lookup_elem(fd, ckey, value, what):
-            return None
-        raw = bytes(ffi.buffer(value, count * stride))
-        if self.per_cpu:
-            vsize = self.value_size
-            return [raw[i * stride:i * stride + vsize] for i in range(count)]
-        return raw
-
-    def update(self, key: bytes | int, value: bytes | list[bytes], flags: int = 0) -> None:
-        """Set ``key`` to ``value`` (flags: lib.BPF_ANY, BPF_NOEXIST, BPF_EXIST)."""
-        what = f"bpf_map_update_elem({self.name})"
-        flags = _check.flags(flags, "flags")
-        fd = self._loaded_fd(what)
-        ckey = self._key(key, what)
-        count, stride = self._value_layout()
-        vsize = self.value_size
-        values = value if isinstance(value, list) else [value]
-        if len(values) != count:
-            raise ValueError(f"{what}: map {self.name!r} takes {count} value(s), got {len(values)}")
-        buf = bytearray(count * stride)
-        for i, v in enumerate(values):
-            if not isinstance(v, (bytes, bytearray, memoryview)):
-                raise TypeError(f"{what}: value must be bytes, not {type(v).__name__}")
-            if len(v) != vsize:
-                raise ValueError(f"{what}: value is {len(v)} bytes, map {self.name!r} has {vsize}-byte values")
-            buf[i * stride:i * stride + vsize] = v
-        _libbpf.bpf_map_update_elem(fd, ckey, ffi.from_buffer(buf), flags, what)
-
-    def delete(self, key: bytes | int) -> None:
-        """Remove ``key``; KeyError when it is not there."""
-        what = f"bpf_map_delete_elem({self.name})"
-        fd = self._loaded_fd(what)
-        if not _libbpf.bpf_map_delete_elem(fd, self._key(key, what), what):
-            raise KeyError(key)
-
-    def keys(self) -> Iterator[bytes]:
-        """Iterate over the keys (``bpf_map_get_next_key``)."""
-        what = f"bpf_map_get_next_key({self.name})"
-        fd = self._loaded_fd(what)
-        size = max(1, self.key_size)
-        cur, nxt = ffi.new("char[]", size), ffi.new("char[]", size)
-        prev = ffi.NULL
-        while _libbpf.bpf_map_get_next_key(fd, prev, nxt, what):
-            yield bytes(ffi.buffer(nxt, self.key_size))
-            ffi.memmove(cur, nxt, size)
-            prev = cur
-
-    def items(self) -> Iterator[tuple[bytes, bytes | list[bytes]]]:
-        """Iterate over (key, value) pairs; keys deleted meanwhile are skipped."""
-        for key in self.keys():
-            value = self.lookup(key)
-            if value is not None:
-                yield key, value
-
-    def __repr__(self) -> str:
-        return f"<Map {self.name!r}>"
-
-
-_PER_CPU_TYPES = frozenset({lib.BPF_MAP_TYPE_PERCPU_HASH, lib.BPF_MAP_TYPE_PERCPU_ARRAY,
-                            lib.BPF_MAP_TYPE_LRU_PERCPU_HASH, lib.BPF_MAP_TYPE_PERCPU_CGROUP_STORAGE})
 
 
 def _not_auto_attachable(prog: Program) -> str | None:

@@ -43,7 +43,7 @@ from ._reader import (
 from .errors import BPFError, ClosedError
 from .events import EventDef
 from .features import online_cpus
-from .object import Map
+from .maps import Map
 from .ringbuf import require_map_type
 
 CData = Any

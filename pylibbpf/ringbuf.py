@@ -28,7 +28,7 @@ from . import _check, _close, _libbpf
 from ._ffi import ffi, lib
 from ._reader import Batch, BatchReader, Callback, Closable, OneCaller, Waiter
 from .errors import BPFError
-from .object import Map
+from .maps import Map
 
 CData = Any
 

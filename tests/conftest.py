@@ -25,9 +25,14 @@ sys.path.insert(0, str(ROOT / "tools"))
 REQUIRE_BPF = os.environ.get("PYLIBBPF_REQUIRE_BPF") == "1"
 
 
+def _mounted(fstype: str, where: str) -> bool:
+    with open("/proc/self/mounts") as mounts:
+        return any(line.split()[1:3] == [where, fstype] for line in mounts)
+
+
 def _mount(fstype: str, where: str, probe: str) -> None:
     """Mount a kernel file system when it is missing (tracefs for tracepoints, bpffs for pins)."""
-    if os.path.exists(os.path.join(where, probe)):
+    if os.path.exists(os.path.join(where, probe)) if probe else _mounted(fstype, where):
         return
     os.makedirs(where, exist_ok=True)
     subprocess.run(["mount", "-t", fstype, fstype, where], check=False, capture_output=True)
@@ -54,6 +59,21 @@ def bpf_privileged() -> None:
         pytest.skip(problem)
     _mount("tracefs", "/sys/kernel/tracing", "events")
     _mount("bpf", "/sys/fs/bpf", "")
+    if not _mounted("bpf", "/sys/fs/bpf"):
+        pytest.fail("bpffs is not mounted at /sys/fs/bpf and mounting it failed")
+
+
+@pytest.fixture
+def bpffs_dir(bpf_privileged: None) -> Iterator[Path]:
+    """A directory of its own on bpffs for this test (pid in the name), removed with what is pinned in it."""
+    path = Path("/sys/fs/bpf") / f"pylibbpf-test-{os.getpid()}-{threading.get_ident()}"
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        for pinned in path.iterdir():
+            pinned.unlink()
+        path.rmdir()
 
 
 @pytest.fixture(scope="session")

@@ -52,7 +52,7 @@ def rb_event(data: bytes | memoryview) -> tuple[int, int, int]:
 
 def counter(obj: BPFObject, map_name: str, key: int = 0) -> int:
     """The u64 at `key` of an array map."""
-    raw = obj.maps[map_name].lookup(key)
+    raw = obj.maps[map_name].raw.lookup(key)
     assert isinstance(raw, bytes)
     return int.from_bytes(raw, "little")
 

@@ -61,7 +61,8 @@ START, END = "<!-- bad-input-table:start -->", "<!-- bad-input-table:end -->"
 
 class Ctx:
     """What the cases work on: loaded objects ``rb`` (ringbuf), ``perf`` (perfbuf), ``ordered``,
-    ``progs`` (programs); ``unloaded`` (ringbuf, opened only) and ``closed`` (ringbuf, loaded then closed)."""
+    ``progs`` (programs), ``tp`` (tracepoint); ``unloaded`` (ringbuf) and ``tp_unloaded`` (tracepoint),
+    opened only; ``closed`` (ringbuf, loaded then closed)."""
 
     def __init__(self, paths: Mapping[str, Path]) -> None:
         self._objs: list[BPFObject] = []
@@ -70,6 +71,8 @@ class Ctx:
         self.ordered = self._open(paths["ordered"], load=True)
         self.progs = self._open(paths["programs"], load=True)
         self.unloaded = self._open(paths["ringbuf"], load=False)
+        self.tp = self._open(paths["tracepoint"], load=True)
+        self.tp_unloaded = self._open(paths["tracepoint"], load=False)
         self.closed = self._open(paths["ringbuf"], load=True)
         self.closed.close()
 
@@ -173,14 +176,15 @@ CASES: list[Case] = [
          BPFError, r"program 'emit' is not loaded: call BPFObject.load\(\) first"),
     Case("`prog.test_run(repeat=0)`", lambda c: c.rb.programs["emit"].test_run(repeat=0),
          ValueError, r"repeat must be >= 1, got 0"),
-    Case("`map.lookup(b'abc')` (a 3-byte key for 4-byte keys)",
-         lambda c: c.rb.maps["failed_reserves"].lookup(b"abc"), ValueError, r"key is 3 bytes, .* has 4-byte keys"),
-    Case("`map.lookup(2**40)` (an int key too large)", lambda c: c.rb.maps["failed_reserves"].lookup(2**40),
+    Case("`map.raw.lookup(b'abc')` (a 3-byte key for 4-byte keys)",
+         lambda c: c.rb.maps["failed_reserves"].raw.lookup(b"abc"), ValueError, r"key is 3 bytes, .* has 4-byte keys"),
+    Case("`map.raw.lookup(2**40)` (an int key too large)", lambda c: c.rb.maps["failed_reserves"].raw.lookup(2**40),
          ValueError, r"does not fit the map's 4-byte key"),
-    Case("`map.update(0, 'x')` (a str value)", lambda c: c.rb.maps["failed_reserves"].update(0, "x"),  # type: ignore[arg-type]
+    Case("`map.raw.update(0, 'x')` (a str value)", lambda c: c.rb.maps["failed_reserves"].raw.update(0, "x"),
          TypeError, r"value must be bytes, not str"),
-    Case("`map.update(0, bytes(3))` (a short value)",
-         lambda c: c.rb.maps["failed_reserves"].update(0, bytes(3)), ValueError, r"value is 3 bytes, .* 8-byte values"),
+    Case("`map.raw.update(0, bytes(3))` (a short value)",
+         lambda c: c.rb.maps["failed_reserves"].raw.update(0, bytes(3)), ValueError,
+         r"value is 3 bytes, .* 8-byte values"),
     Case("`prog.test_run(repeat=None)`", lambda c: c.rb.programs["emit"].test_run(repeat=None),  # type: ignore[arg-type]
          TypeError, r"repeat must be an int, got None \(NoneType\)"),
     Case("`prog.test_run(repeat=nan)`", lambda c: c.rb.programs["emit"].test_run(repeat=math.nan),  # type: ignore[arg-type]
@@ -189,10 +193,64 @@ CASES: list[Case] = [
          ValueError, r"cpu must be >= 0, got -1"),
     Case("`prog.test_run(data='text')`", lambda c: c.rb.programs["emit"].test_run(data="text"),  # type: ignore[arg-type]
          TypeError, r"data must be bytes-like, got a str 'text' \(encode it first\)"),
-    Case("`map.update(0, bytes(8), flags=-1)`", lambda c: c.rb.maps["failed_reserves"].update(0, bytes(8), flags=-1),
+    Case("`map.raw.update(0, bytes(8), flags=-1)`",
+         lambda c: c.rb.maps["failed_reserves"].raw.update(0, bytes(8), flags=-1),
          ValueError, r"flags must be >= 0, got -1"),
     Case("`map.delete(0)` on an array map", lambda c: c.rb.maps["failed_reserves"].delete(0),
-         BPFError, r"\[Errno 22\] Invalid argument"),
+         TypeError, r"map 'failed_reserves' is an array map: its elements always exist and cannot be deleted"),
+    Case("`map[b'abc']` (bytes for a u32 key)", lambda c: c.rb.maps["failed_reserves"][b"abc"],
+         TypeError, r"map 'failed_reserves' key \(u32\) must be an int, got b'abc'"),
+    Case("`map[-1]` (a negative u32 key)", lambda c: c.rb.maps["failed_reserves"][-1],
+         ValueError, r"map 'failed_reserves' key \(u32\) must be >= 0, got -1"),
+    Case("`map[0] = 'x'` (a str for a u64 value)", lambda c: c.rb.maps["failed_reserves"].__setitem__(0, "x"),
+         TypeError, r"map 'failed_reserves' value \(u64\) must be an int, got 'x'"),
+    Case("`map.update(0, 1, flags=-1)`", lambda c: c.rb.maps["failed_reserves"].update(0, 1, flags=-1),
+         ValueError, r"flags must be >= 0, got -1"),
+    Case("`map.update_batch({0: 2**64})`", lambda c: c.rb.maps["failed_reserves"].update_batch({0: 2**64}),
+         ValueError, r"value \(u64\) must be <= 18446744073709551615"),
+    Case("`map.update_batch(5)`", lambda c: c.rb.maps["failed_reserves"].update_batch(5),  # type: ignore[arg-type]
+         TypeError, r"expected a mapping or \(key, value\) pairs, got int"),
+    Case("`hash_map.delete_batch(b'key')`", lambda c: c.tp.maps["calls"].delete_batch(b"key"),
+         TypeError, r"keys must be an iterable of keys, got bytes"),
+    Case("`ringbuf_map[0]`", lambda c: c.rb.maps["rb"][0],
+         TypeError, r"map 'rb' is a ringbuf map: it has no elements to look up or set; read it with RingBuffer"),
+    Case("`perf_event_array_map.pop_items()`", lambda c: c.perf.maps["events"].pop_items(),
+         TypeError, r"map 'events' is a perf_event_array map: it has no elements .* PerfBuffer"),
+    Case("`map.stack(0)` (not a stack map)", lambda c: c.rb.maps["failed_reserves"].stack(0),
+         TypeError, r"map 'failed_reserves' is array, not stack_trace"),
+    Case("`map.max_entries = 100` after `load()`",
+         lambda c: setattr(c.rb.maps["failed_reserves"], "max_entries", 100),
+         BPFError, r"\[Errno 16\] map 'failed_reserves' is already created: max_entries can only be set before"),
+    Case("`map.max_entries = 0`", lambda c: setattr(c.unloaded.maps["failed_reserves"], "max_entries", 0),
+         ValueError, r"max_entries must be >= 1, got 0"),
+    Case("`map.value_size = '8'`", lambda c: setattr(c.unloaded.maps["failed_reserves"], "value_size", "8"),
+         TypeError, r"value_size must be an int, got '8'"),
+    Case("`map.pin('/tmp/x')` (not on bpffs)", lambda c: c.rb.maps["failed_reserves"].pin("/tmp/pylibbpf-x"),
+         BPFError, r"\[Errno 22\] Invalid argument \(specified path /tmp/pylibbpf-x is not on BPF FS\)"),
+    Case("`map.pin(42)`", lambda c: c.rb.maps["failed_reserves"].pin(42),  # type: ignore[arg-type]
+         TypeError, r"path must be a path \(str or os.PathLike\), got 42"),
+    Case("`map.unpin()` (never pinned)", lambda c: c.rb.maps["failed_reserves"].unpin(),
+         BPFError, r"map 'failed_reserves' is not pinned"),
+    Case("`map.reuse_pinned('/sys/fs/bpf/nothing')`",
+         lambda c: c.unloaded.maps["failed_reserves"].reuse_pinned("/sys/fs/bpf/pylibbpf-nothing-here"),
+         BPFError, r"\[Errno 2\] No such file or directory: .*bpf_obj_get"),
+    Case("`map.reuse_pinned(path)` after `load()`", lambda c: c.rb.maps["rb"].reuse_pinned("/sys/fs/bpf/x"),
+         BPFError, r"\[Errno 16\] map 'rb' is already created: reuse_pinned\(\) can only be set before"),
+    # --- globals and BTF --------------------------------------------------------------------------
+    Case("`obj.globals['nope']`", lambda c: c.tp.globals["nope"],
+         KeyError, r"no global variable named 'nope' in tracepoint \(known: target_tgid\)"),
+    Case("`obj.globals['target_tgid'] = 1` after `load()` (.rodata)",
+         lambda c: c.tp.globals.__setitem__("target_tgid", 1),
+         BPFError, r"\[Errno 1\] global 'target_tgid' is in .rodata, frozen by BPFObject.load\(\)"),
+    Case("`obj.globals['target_tgid'] = -1` (a u32)", lambda c: c.tp_unloaded.globals.__setitem__("target_tgid", -1),
+         ValueError, r"global 'target_tgid' \(u32\) must be >= 0, got -1"),
+    Case("`obj.globals['target_tgid'] = '1'`", lambda c: c.tp_unloaded.globals.__setitem__("target_tgid", "1"),
+         TypeError, r"global 'target_tgid' \(u32\) must be an int, got '1'"),
+    Case("`del obj.globals['target_tgid']`", lambda c: c.tp_unloaded.globals.__delitem__("target_tgid"),
+         TypeError, r"global 'target_tgid' cannot be deleted"),
+    Case("`obj.btf_struct('nope')`", lambda c: c.tp.btf_struct("nope"),
+         KeyError, r"no struct named 'nope' in the BTF of object 'tracepoint': the compiler keeps only the types "
+                   r"reached from a global variable, a map or a function signature"),
     # --- map types --------------------------------------------------------------------------------
     Case("`RingBuffer(perf_event_array_map, cb)`", lambda c: RingBuffer(c.perf.maps["events"], _nothing),
          TypeError, r"RingBuffer needs a ringbuf map; map 'events' is perf_event_array"),
@@ -289,6 +347,9 @@ CASES: list[Case] = [
     # --- buffers ----------------------------------------------------------------------------------
     Case("`ConnectionEvent.parse(b'short')`", lambda c: Conn.parse(b"short"),
          ValueError, r"event 'ConnectionEvent' needs 29 bytes, buffer has 5"),
+    Case("`ConnectionEvent.parse(b'short', partial=True)` (no trailing array cut short)",
+         lambda c: Conn.parse(b"\0" * 12, partial=True),
+         ValueError, r"event 'ConnectionEvent' needs 13 bytes, buffer has 12"),
     Case("`ConnectionEvent.parse(123)`", lambda c: Conn.parse(123),
          TypeError, r"cannot parse int, need a bytes-like object"),
     Case("`ConnectionEvent.serialize({'comm': 'x' * 17})`", lambda c: Conn.serialize({"comm": "x" * 17}),

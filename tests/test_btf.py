@@ -58,3 +58,15 @@ def test_bitfields_and_unknown_structs_are_refused(bpf_objects: dict[str, Path])
             obj.btf_struct("layout_bitfield")
         with pytest.raises(KeyError, match="no struct named 'nope'"):
             obj.btf_struct("nope")
+
+
+def test_a_missing_struct_says_why_and_how_to_keep_it(bpf_objects: dict[str, Path]) -> None:
+    with BPFObject.open(bpf_objects["layout"]) as obj:
+        with pytest.raises(KeyError) as info:
+            obj.btf_struct("unused_event")
+    message = info.value.args[0]
+    assert message.startswith("no struct named 'unused_event' in the BTF of object 'layout'")
+    assert "keeps only the types reached from a global variable, a map or a function signature" in message
+    assert "struct unused_event *keep_unused_event __attribute__((unused));" in message
+    assert "__type(value, struct unused_event)" in message and "pylibbpf inspect" in message
+    assert "known: " in message and "layout_event" in message

@@ -336,6 +336,8 @@ def test_inspect_lists_programs_maps_and_layouts(bpf_objects: dict[str, Path]) -
     assert comm == ["32", "16", "char[16]", "comm"]
     bitfield = next(line for line in lines if "layout_bitfield" in line)
     assert "bitfield" in bitfield.split("layout_bitfield", 1)[1]
+    assert "globals (3)" in text  # the .rodata layout_info and the two keep_* pointers
+    assert next(line.split() for line in lines if line.split()[:1] == ["layout_info"])[1:] == [".rodata", "u64[15]"]
 
 
 def test_inspect_json(bpf_objects: dict[str, Path]) -> None:
@@ -355,6 +357,7 @@ def test_inspect_json(bpf_objects: dict[str, Path]) -> None:
     assert fields["matrix"] == {"name": "matrix", "type": "i16", "count": 6, "offset": 64, "size": 12}
     assert "bitfield" in structs["layout_bitfield"]["error"]
     assert "fields" not in structs["layout_bitfield"]
+    assert {"name": "keep_event", "section": ".bss", "type": "ptr"} in info["globals"]
 
 
 def without_privileges() -> tuple[str, ...]:

@@ -602,7 +602,7 @@ def run_gil_scenario(bpf_objects: dict[str, Path], make: Callable[[Map, Callable
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                 # the producer gets the readers' priority too, so that its rate holds on a busy machine
                 os.setpriority(os.PRIO_PROCESS, producer.pid, READER_NICE)
-                obj.maps["target_tgid"].update(0, producer.pid.to_bytes(4, "little"))
+                obj.maps["target_tgid"].raw.update(0, producer.pid.to_bytes(4, "little"))
                 out, _ = producer.communicate("go\n", timeout=60)
                 assert producer.returncode == 0 and int(out) > RATE * SECONDS / 2  # the producer ran
             finally:
@@ -610,7 +610,7 @@ def run_gil_scenario(bpf_objects: dict[str, Path], make: Callable[[Map, Callable
             stats = consumer.stats()
         finally:
             link.destroy()
-        failed_raw = obj.maps["counters"].lookup(1)
+        failed_raw = obj.maps["counters"].raw.lookup(1)
         assert isinstance(failed_raw, bytes)
         submitted, failed = counter(obj, "counters"), int.from_bytes(failed_raw, "little")
     return submitted, failed, seqs, stats

@@ -453,12 +453,44 @@ def test_from_layout_dotted_names() -> None:
     assert rec._asdict() == {"pid": 1, "addr.sin_family": 2, "addr.sin_port": 80}
 
 
-def test_attribute_names_avoid_keywords_and_methods() -> None:
+def test_attribute_names_avoid_keywords_and_own_names() -> None:
     e = EventDef._from_layout("kw", [("from", "u8", 1, 0), ("count", "u8", 1, 1), ("_fields", "u8", 1, 2)], 3)
     rec = e.parse(b"\1\2\3")
-    assert (rec.from_, rec.count_, rec._fields_) == (1, 2, 3)
+    assert (rec.from_, rec.count, rec._fields_) == (1, 2, 3)
     assert rec._fields == ("from", "count", "_fields")
     assert e.serialize({"from_": 1, "count": 2, "_fields": 3}) == b"\1\2\3"
+
+
+def test_fields_named_like_tuple_and_dict_methods_return_their_values() -> None:
+    assert defevent("E", ("count", "u32")).parse(b"\5\0\0\0").count == 5
+    names = ("count", "index", "items", "keys", "values", "get", "copy", "pop", "update")
+    e = defevent("M", *[(n, "u8") for n in names])
+    rec = e.parse(bytes(range(1, len(names) + 1)))
+    assert [getattr(rec, n) for n in names] == list(range(1, len(names) + 1))
+    assert rec._asdict() == dict(zip(names, range(1, len(names) + 1)))
+    assert tuple(rec).count(3) == 1  # the tuple method stays reachable through tuple()
+    assert e.serialize(rec) == bytes(range(1, len(names) + 1))
+
+
+def test_partial_parse_of_a_shorter_trailing_array() -> None:
+    exec_event = defevent("X", ("pid", "u32"), ("args_size", "u32"), ("args", "char", 16))
+    sample = struct.pack("<II", 7, 9) + b"ls\0-l\0/tmp"
+    with pytest.raises(ValueError, match=r"event 'X' needs 24 bytes, buffer has 18"):
+        exec_event.parse(sample)
+    rec = exec_event.parse(sample, partial=True)
+    assert (rec.pid, rec.args_size, rec.args) == (7, 9, "ls")
+    assert exec_event.parse(sample, partial=True, raw_chars=True).args == b"ls\0-l\0/tmp"
+    full = sample.ljust(24, b"\0")
+    assert exec_event.parse(full, partial=True) == exec_event.parse(full)
+    ints = defevent("I", ("n", "u32"), ("v", "u16", 4))
+    assert ints.parse(struct.pack("<IHH", 2, 10, 20) + b"\1", partial=True).v == (10, 20)  # whole elements
+    assert ints.parse(struct.pack("<I", 0), partial=True).v == ()
+    with pytest.raises(ValueError, match=r"event 'I' needs 4 bytes, buffer has 3"):
+        ints.parse(b"\0\0\0", partial=True)  # the fields before the array must be there
+    with pytest.raises(ValueError, match=r"event 'S' needs 8 bytes, buffer has 6"):
+        defevent("S", ("a", "u32"), ("b", "u32")).parse(bytes(6), partial=True)  # no trailing array
+    with pytest.raises(TypeError, match="need a bytes-like object"):
+        ints.parse(5, partial=True)
 
 
 def test_from_layout_errors() -> None:

@@ -1,14 +1,20 @@
-"""The examples (examples/*.py) run as a person would run them, on the real kernel."""
+"""The examples (examples/*.py) run as a person would run them, on the real kernel, with public names only."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+
+import pylibbpf
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -60,3 +66,93 @@ def test_uprobe_count_example_counts_calls_per_process(tmp_path: Path) -> None:
             proc.wait()
     rows = {int(pid): int(calls) for pid, calls in re.findall(r"^\s+(\d+)\s+(\d+)$", out, re.M)}
     assert rows == {pid: 25 for pid in pids}
+
+@pytest.fixture(scope="module")
+def sigsnoop_object() -> Path:
+    sys.path.insert(0, str(EXAMPLES))
+    from build_objects import object_path
+
+    return object_path("sigsnoop")
+
+
+def run_sigsnoop(obj: Path, *options: str, send: list[tuple[int, int]]) -> list[list[str]]:
+    """Start sigsnoop filtered on this process, send ``(pid, sig)`` signals once it traces, stop it."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    tool = subprocess.Popen([sys.executable, str(EXAMPLES / "sigsnoop.py"), "--object", str(obj),
+                             "-p", str(os.getpid()), "-i", "0.2", *options],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert tool.stderr is not None
+        ready = tool.stderr.readline()  # printed once the program is attached
+        assert "tracing signals" in ready, ready + tool.stderr.read()
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(tool.stdout or ()), daemon=True)
+        reader.start()
+        for pid, sig in send:
+            os.kill(pid, sig)
+        deadline = time.monotonic() + 30
+        while not any(line.startswith("interval") for line in list(lines)) and time.monotonic() < deadline:
+            time.sleep(0.05)  # until an interval's counts were read with pop_items
+        tool.send_signal(signal.SIGTERM)
+        tool.wait(timeout=60)
+        reader.join(timeout=60)
+        err = tool.stderr.read()
+    finally:
+        if tool.poll() is None:
+            tool.kill()
+            tool.wait()
+        for stream in (tool.stdout, tool.stderr):
+            if stream is not None:
+                stream.close()
+    assert tool.returncode == 0, err
+    return [line.split() for line in lines]
+
+
+def counted(lines: list[list[str]]) -> dict[str, int]:
+    """Counts by signal name, summed over the interval (pop_items) and final (lookup_batch) lines."""
+    totals: dict[str, int] = {}
+    for words in lines:
+        if words and words[0] in ("interval", "rest") and words[1] == f"pid={os.getpid()}":
+            sig = words[2].removeprefix("sig=")
+            totals[sig] = totals.get(sig, 0) + int(words[3].removeprefix("n="))
+    return totals
+
+
+def test_sigsnoop_reports_events_and_counts(sigsnoop_object: Path) -> None:
+    with subprocess.Popen(["sleep", "60"]) as target:
+        try:
+            sent = [(target.pid, signal.SIGUSR1)] * 3 + [(target.pid, signal.SIGCONT)] * 2
+            lines = run_sigsnoop(sigsnoop_object, send=sent)
+        finally:
+            target.kill()
+    events = [w for w in lines if w and w[0] == str(os.getpid()) and w[3] == str(target.pid)]
+    assert [w[2] for w in events] == ["SIGUSR1"] * 3 + ["SIGCONT"] * 2
+    # The SIGTERM that stopped the tool is ours too: counted before it was delivered.
+    assert counted(lines) == {"SIGUSR1": 3, "SIGCONT": 2, "SIGTERM": 1}
+    assert any(w[:1] == ["interval"] for w in lines)  # counts read with pop_items during the run
+
+
+def test_sigsnoop_signal_filter_in_rodata(sigsnoop_object: Path) -> None:
+    with subprocess.Popen(["sleep", "60"]) as target:
+        try:
+            sent = [(target.pid, signal.SIGCONT), (target.pid, signal.SIGUSR2), (target.pid, signal.SIGCONT)]
+            lines = run_sigsnoop(sigsnoop_object, "-s", str(int(signal.SIGCONT)), send=sent)
+        finally:
+            target.kill()
+    events = [w for w in lines if w and w[0] == str(os.getpid())]
+    assert [w[2] for w in events] == ["SIGCONT", "SIGCONT"]  # SIGUSR2 and the SIGTERM that stopped it: filtered
+    assert counted(lines) == {"SIGCONT": 2}
+
+
+def test_examples_use_only_public_names() -> None:
+    """No pylibbpf.lib/ffi, no private module, no private attribute: what a user may write."""
+    for path in EXAMPLES.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pylibbpf"):
+                assert node.module == "pylibbpf", f"{path.name}: imports {node.module}"
+                for alias in node.names:
+                    assert alias.name in pylibbpf.__all__ and alias.name not in ("lib", "ffi"), alias.name
+            if isinstance(node, ast.Attribute):
+                assert not node.attr.startswith("_") or node.attr.startswith("__"), f"{path.name}: .{node.attr}"
+                assert node.attr not in ("lib", "ffi", "c_ptr"), f"{path.name}: .{node.attr}"

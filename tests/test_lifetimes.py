@@ -537,7 +537,7 @@ def test_a_dropped_bpf_object_releases_its_fds(bpf_objects: dict[str, Path]) -> 
     assert open_fds() == before
     counters = BPFObject.open(bpf_objects["ringbuf"]).load().maps["failed_reserves"]
     gc.collect()
-    assert counters.lookup(0) == bytes(8)  # only the map refers to its object: still open
+    assert counters.raw.lookup(0) == bytes(8)  # only the map refers to its object: still open
     del counters
     gc.collect()
     assert open_fds() == before

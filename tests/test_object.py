@@ -44,14 +44,14 @@ def test_attach_all_attaches_by_section_and_destroy_detaches(bpf_objects: dict[s
         pid = os.getpid()
         for _ in range(5):
             os.getpid()
-        counted = int.from_bytes(calls.lookup(pid) or b"\0" * 8, "little")
+        counted = calls.get(pid, 0)
         assert counted >= 5
         for link in links:
             link.destroy()
             link.destroy()  # idempotent
         for _ in range(5):
             os.getpid()
-        assert int.from_bytes(calls.lookup(pid) or b"", "little") == counted
+        assert calls[pid] == counted
 
 
 def test_program_attach_returns_a_context_manager_link(bpf_objects: dict[str, Path]) -> None:
@@ -65,10 +65,10 @@ def test_program_attach_returns_a_context_manager_link(bpf_objects: dict[str, Pa
             link.fd  # noqa: B018
 
 
-def test_map_operations(bpf_objects: dict[str, Path]) -> None:
+def test_raw_map_operations(bpf_objects: dict[str, Path]) -> None:
     with BPFObject.open(bpf_objects["tracepoint"]) as obj:
         obj.load()
-        calls = obj.maps["calls"]
+        calls = obj.maps["calls"].raw
         assert calls.lookup(1) is None
         calls.update(1, (10).to_bytes(8, "little"))
         calls.update(b"\x02\0\0\0", (20).to_bytes(8, "little"), lib.BPF_NOEXIST)
@@ -92,8 +92,8 @@ def test_per_cpu_map_values(bpf_objects: dict[str, Path]) -> None:
     with BPFObject.open(bpf_objects["perfbuf"]) as obj:
         obj.load()
         scratch = obj.maps["scratch"]
-        values = scratch.lookup(0)
-        assert isinstance(values, list) and len(values) == lib.libbpf_num_possible_cpus()
+        values = scratch.raw.lookup(0)
+        assert isinstance(values, tuple) and len(values) == lib.libbpf_num_possible_cpus()
         assert all(len(v) == scratch.value_size for v in values)
 
 

@@ -25,7 +25,7 @@ emit = functools.partial(emit_ordered, step=0)  # into the perf array; the reade
 
 
 def counter(obj: BPFObject, idx: int) -> int:
-    raw = obj.maps["counters"].lookup(idx)
+    raw = obj.maps["counters"].raw.lookup(idx)
     assert isinstance(raw, bytes)
     return int.from_bytes(raw, "little", signed=idx == 2)
 

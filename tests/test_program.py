@@ -99,7 +99,7 @@ def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
 
 
 def set_target(o: BPFObject, tgid: int) -> None:
-    o.maps["target"].update(0, tgid.to_bytes(4, "little"))
+    o.maps["target"][0] = tgid
 
 
 def count(o: BPFObject, slot: int) -> int:
@@ -282,9 +282,9 @@ def test_perf_event_sampling_on_every_cpu_fills_a_stack_map(obj: BPFObject) -> N
         finally:
             for link in links:
                 link.destroy()
-        ids = [int.from_bytes(k, "little") for k in obj.maps["stack_counts"].keys()]
+        ids = list(obj.maps["stack_counts"].keys())  # typed: u32 stack ids
         assert ids
-        frames = obj.maps["stacks"].lookup(ids[0])
+        frames = obj.maps["stacks"].raw.lookup(ids[0])
         assert isinstance(frames, bytes) and any(struct.unpack(f"<{len(frames) // 8}Q", frames))
         settled = count(obj, C_SAMPLES)
         time.sleep(0.1)

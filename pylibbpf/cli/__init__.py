@@ -47,7 +47,8 @@ from ..btf import printable_name
 from ..consumers import BackpressureConsumer, BackpressureStats, SamplingConsumer
 from ..errors import BPFError
 from ..events import EventDef, EventRecord
-from ..object import BPFObject, Map
+from ..maps import Map
+from ..object import BPFObject
 from ..perfbuf import OrderedBatch, OrderedReader, OrderedStats
 from ..program import Link
 from ..ringbuf import RingBuffer
@@ -481,13 +482,10 @@ def _attach(obj: BPFObject) -> list[Link]:
 def _kernel_drops(obj: BPFObject) -> int:
     """Events the BPF side could not write (ring buffer full), summed over CPUs."""
     try:
-        values = obj.maps["dropped"].lookup(0)
+        values = obj.maps["dropped"].lookup(0)  # a u64 per possible CPU
     except (KeyError, BPFError):
         return 0
-    if values is None:
-        return 0
-    per_cpu = values if isinstance(values, list) else [values]
-    return sum(int.from_bytes(v[:8], "little") for v in per_cpu)
+    return sum(values) if values else 0
 
 
 def _make_source(args: argparse.Namespace, obj: BPFObject, event: EventDef, printer: EventPrinter) -> EventSource:
@@ -597,7 +595,10 @@ def describe_object(obj: BPFObject, only: str | None = None) -> dict[str, Any]:
             for f in event.field_infos]})
     if only is not None and not structs:
         raise CommandError(f"{obj.name} has no struct named {only!r} in its BTF")
-    return {"object": obj.name, "programs": programs, "maps": maps, "structs": structs}
+    type_names = {name: obj.globals.type_of(name) for name in obj.globals}
+    global_vars = [{"name": name, "section": obj.globals.section(name),
+                    "type": t if isinstance(t, str) else f"struct {t.name}"} for name, t in type_names.items()]
+    return {"object": obj.name, "programs": programs, "maps": maps, "globals": global_vars, "structs": structs}
 
 
 def _table(rows: Sequence[Sequence[object]], headers: Sequence[str], right: frozenset[int]) -> list[str]:
@@ -616,6 +617,9 @@ def format_description(info: dict[str, Any]) -> str:
     out += ["", f"maps ({len(info['maps'])})"]
     out += _table([(m["name"], m["type"], m["key_size"], m["value_size"], m["max_entries"]) for m in info["maps"]],
                   ("NAME", "TYPE", "KEY", "VALUE", "MAX_ENTRIES"), frozenset({2, 3, 4}))
+    out += ["", f"globals ({len(info['globals'])})"]
+    out += _table([(g["name"], g["section"], g["type"]) for g in info["globals"]],
+                  ("NAME", "SECTION", "TYPE"), frozenset())
     out += ["", f"structs ({len(info['structs'])})"]
     for s in info["structs"]:
         if "error" in s:

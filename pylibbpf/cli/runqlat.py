@@ -26,12 +26,12 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any, TextIO
 
 from ..errors import BPFError, LoadError
 from ..hist import Histogram
-from ..object import BPFObject, Map
+from ..maps import Map
+from ..object import BPFObject
 from ._common import (
     CommandError,
     StatusLine,
@@ -94,31 +94,27 @@ def _configure(obj: BPFObject, *, pid: int | None, per_process: bool, millisecon
         "target_tgid": pid or 0, "per_process": int(per_process), "milliseconds": int(milliseconds)}))
 
 
-def _slot_counts(hists: Map, clear: bool) -> Iterator[tuple[tuple[int, int], int]]:
-    """((pid, slot), count) of every entry of the ``hists`` map; ``clear`` deletes each after its read."""
-    for key, value in hists.items():
-        count = int.from_bytes(value[:8] if isinstance(value, bytes) else value[0][:8], "little")
-        if clear:
-            try:
-                hists.delete(key)
-            except KeyError:
-                pass
-        yield (int.from_bytes(key[:4], "little"), int.from_bytes(key[4:8], "little")), count
+def _slot_counts(hists: Map, clear: bool) -> list[tuple[tuple[int, int], int]]:
+    """((pid, slot), count) of every entry of the typed ``hists`` map (struct hist_key -> u64).
+
+    ``clear`` reads and deletes them in batches (``pop_items``: each entry read and
+    deleted atomically, so a wait counted meanwhile lands in the next interval).
+    """
+    pairs = hists.pop_items() if clear else hists.lookup_batch()
+    return [((key.pid, key.slot), count) for key, count in pairs]
 
 
 def read_histograms(obj: BPFObject, *, clear: bool = True) -> dict[int, Histogram]:
     """pid -> Histogram (pid 0 only, unless the object counts per process); clears the counts by default."""
-    return Histogram.per_key(list(_slot_counts(obj.maps["hists"], clear)))
+    return Histogram.per_key(_slot_counts(obj.maps["hists"], clear))
 
 
 def _comm(obj: BPFObject, pid: int) -> str:
     try:
-        raw = obj.maps["comms"].lookup(pid)
+        name = obj.maps["comms"].lookup(pid)  # typed: char[16] -> str
     except (KeyError, BPFError):
         return ""
-    if not isinstance(raw, bytes):
-        return ""
-    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+    return name if isinstance(name, str) else ""
 
 
 class _Output:

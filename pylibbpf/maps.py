@@ -1,0 +1,917 @@
+"""BPF maps as typed mappings, and an object's global variables.
+
+:class:`Map` is one map of a :class:`~pylibbpf.BPFObject` (``bpf_map``): a
+``collections.abc.MutableMapping`` whose keys and values are typed from the
+map's BTF (``__type(key, ...)``, ``__type(value, ...)``), with batch operations,
+sizing and pinning before load, and stack-trace reading. ``Map.raw`` is the
+same protocol on bytes (:class:`RawMap`). :class:`Globals` is ``obj.globals``:
+the object's global variables by name.
+
+The owner (the object) is reached only through its public ``name``,
+``loaded`` and ``c_ptr`` (which raises ClosedError once it is closed), so this
+module does not import the object module.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, MutableMapping, Sequence, ValuesView
+from typing import Any, Protocol
+
+from . import _check, _libbpf
+from ._ffi import ffi, lib
+from .btf import BytesType, ValueType, datasec_vars, value_type
+from .errors import BPFError
+from .events import EventDef
+
+CData = Any
+
+# include/linux/errno.h: the kernel's own ENOTSUPP, what BPF_MAP_*_BATCH returns for a map
+# type without that batch operation (not in userspace errno.h).
+ENOTSUPP = 524
+# Errors of a batch command that mean "this map type (or kernel) has no batch operation":
+# ENOTSUPP/EOPNOTSUPP from a map type without it, EINVAL from a kernel without the command.
+_NO_BATCH = frozenset({ENOTSUPP, errno.EOPNOTSUPP, errno.EINVAL})
+_BATCH_ROOM = 256  # elements per batch call (grown when one hash bucket holds more)
+_MAX_BATCH_ROOM = 1 << 20
+
+_PER_CPU_TYPES = frozenset({lib.BPF_MAP_TYPE_PERCPU_HASH, lib.BPF_MAP_TYPE_PERCPU_ARRAY,
+                            lib.BPF_MAP_TYPE_LRU_PERCPU_HASH, lib.BPF_MAP_TYPE_PERCPU_CGROUP_STORAGE})
+_ARRAY_TYPES = frozenset({lib.BPF_MAP_TYPE_ARRAY, lib.BPF_MAP_TYPE_PERCPU_ARRAY})
+# Map types whose elements cannot be looked up: what to read them with instead.
+_NO_ELEMENTS = {
+    lib.BPF_MAP_TYPE_RINGBUF: "RingBuffer, RingBufConsumer or map_ringbuf",
+    lib.BPF_MAP_TYPE_USER_RINGBUF: "UserRingBuffer",
+    lib.BPF_MAP_TYPE_PERF_EVENT_ARRAY: "PerfBuffer, PerfReader or OrderedReader",
+}
+_GLOBAL_SECTIONS = (".rodata", ".data", ".bss")
+
+
+class MapOwner(Protocol):
+    """What a map needs of its object: its name, whether it is loaded, its C handle (or ClosedError)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def loaded(self) -> bool: ...
+
+    @property
+    def c_ptr(self) -> CData: ...
+
+
+class _Elements(MutableMapping[Any, Any]):
+    """The element protocol of a map, shared by :class:`Map` (typed) and :class:`RawMap` (bytes).
+
+    Subclasses say how keys and values are encoded and decoded.
+    """
+
+    _map: Map
+
+    # -- encoding (per subclass) --------------------------------------------------------------
+
+    def _key_bytes(self, key: object, what: str) -> bytes:
+        raise NotImplementedError
+
+    def _key_value(self, raw: bytes) -> Any:
+        raise NotImplementedError
+
+    def _one_value_bytes(self, value: object, what: str) -> bytes:
+        raise NotImplementedError
+
+    def _one_value(self, raw: bytes) -> Any:
+        raise NotImplementedError
+
+    def _value_bytes(self, value: object, what: str) -> bytes:
+        """The kernel's value layout: per-CPU maps take one value per possible CPU, 8-byte aligned."""
+        m = self._map
+        count, stride = m._value_layout()
+        if not m.per_cpu:
+            return self._one_value_bytes(value, what)
+        if isinstance(value, (str, bytes, bytearray, memoryview, Mapping)) or not isinstance(value, Sequence):
+            raise TypeError(f"{what}: map {m.name!r} is per-CPU: its value is a sequence of {count} values "
+                            f"(one per possible CPU), not {type(value).__name__}")
+        if len(value) != count:
+            raise ValueError(f"{what}: map {m.name!r} takes {count} value(s), one per possible CPU, got {len(value)}")
+        return b"".join(self._one_value_bytes(v, what).ljust(stride, b"\0") for v in value)
+
+    def _value(self, raw: bytes) -> Any:
+        m = self._map
+        if not m.per_cpu:
+            return self._one_value(raw)
+        count, stride = m._value_layout()
+        return tuple(self._one_value(raw[i * stride:(i + 1) * stride]) for i in range(count))
+
+    # -- one element ----------------------------------------------------------------------------
+
+    def lookup(self, key: Any) -> Any:
+        """The value of ``key``, or None when the key is not in the map (``bpf_map_lookup_elem``)."""
+        what = f"bpf_map_lookup_elem({self._map.name})"
+        raw = self._map._lookup(self._key_bytes(key, what), what)
+        return None if raw is None else self._value(raw)
+
+    def __getitem__(self, key: Any) -> Any:
+        value = self.lookup(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._update_one(key, value, 0)
+
+    def _update_one(self, key: Any, value: Any, flags: int) -> None:
+        what = f"bpf_map_update_elem({self._map.name})"
+        fd = self._map._element_fd(what)
+        ckey = _cbuf(self._key_bytes(key, what))
+        _libbpf.bpf_map_update_elem(fd, ckey, _cbuf(self._value_bytes(value, what)), flags, what)
+
+    def update(self, *args: Any, flags: int = 0, **kwargs: Any) -> None:  # type: ignore[override]
+        """``update(key, value, flags=0)``: set one element; ``update(mapping_or_pairs)``: set several.
+
+        ``flags``: ``lib.BPF_ANY`` (0, create or replace), ``BPF_NOEXIST``
+        (create only: BPFError EEXIST when the key is there), ``BPF_EXIST``
+        (replace only: BPFError ENOENT). The mapping form sets element by
+        element, as ``dict.update``; :meth:`update_batch` sets them in one call.
+        """
+        flags = _check.flags(flags, "flags")
+        if len(args) == 3 and not kwargs:  # update(key, value, flags), the positional form
+            flags = _check.flags(args[2], "flags")
+            args = args[:2]
+        if len(args) == 2 and not kwargs:
+            self._update_one(args[0], args[1], flags)
+            return
+        if len(args) > 1:
+            raise TypeError(f"update takes (key, value) or one mapping, got {len(args)} arguments")
+        for key, value in _pairs(args[0] if args else {}, kwargs):
+            self._update_one(key, value, flags)
+
+    def delete(self, key: Any) -> None:
+        """Remove ``key`` (``bpf_map_delete_elem``); KeyError when it is not there.
+
+        TypeError for array maps, whose elements always exist (set them to zero).
+        """
+        what = f"bpf_map_delete_elem({self._map.name})"
+        fd = self._map._element_fd(what)
+        self._map._refuse_delete(what)
+        if not _libbpf.bpf_map_delete_elem(fd, _cbuf(self._key_bytes(key, what)), what):
+            raise KeyError(key)
+
+    def __delitem__(self, key: Any) -> None:
+        self.delete(key)
+
+    def __contains__(self, key: object) -> bool:
+        return self.lookup(key) is not None
+
+    # -- iteration ------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        """The keys, by ``bpf_map_get_next_key`` (a key deleted meanwhile may restart a hash walk)."""
+        for raw in self._map._raw_keys():
+            yield self._key_value(raw)
+
+    def __len__(self) -> int:
+        """``max_entries`` for array maps; the number of keys (a walk) for the others."""
+        m = self._map
+        if m.type in _ARRAY_TYPES:
+            return m.max_entries
+        return sum(1 for _ in m._raw_keys())
+
+    def items(self) -> ItemsView[Any, Any]:
+        """(key, value) pairs, read in batches where the map type has them (see :meth:`lookup_batch`)."""
+        return _BatchItems(self)
+
+    def values(self) -> ValuesView[Any]:
+        return _BatchValues(self)
+
+    def clear(self) -> None:
+        """Remove every element (batched); array maps, whose elements cannot be removed, are zeroed."""
+        m = self._map
+        what = f"clear({m.name})"
+        m._element_fd(what)
+        if m.type in _ARRAY_TYPES:
+            m._write_raw([(k, bytes(m._value_layout()[0] * m._value_layout()[1])) for k in m._raw_keys()], 0)
+        else:
+            m._delete_raw(list(m._raw_keys()))
+
+    # -- batches --------------------------------------------------------------------------------
+
+    def lookup_batch(self) -> list[tuple[Any, Any]]:
+        """Every (key, value) pair, read with ``BPF_MAP_LOOKUP_BATCH`` (a few hundred per call).
+
+        Falls back to a walk (``get_next_key`` + ``lookup_elem`` per key) for a
+        map type or kernel without the batch command. Not a snapshot: elements
+        the program changes meanwhile may be read before or after the change.
+        """
+        return [(self._key_value(k), self._value(v)) for k, v in self._map._read_raw(delete=False)]
+
+    def pop_items(self) -> list[tuple[Any, Any]]:
+        """Read and remove every element: counters read each interval, nothing counted twice or lost.
+
+        Hash maps: ``BPF_MAP_LOOKUP_AND_DELETE_BATCH`` (each element read and
+        deleted atomically), falling back to ``bpf_map_lookup_and_delete_elem``
+        per key. Array maps cannot remove elements: they are read, then set to
+        zero, batch by batch (an increment between the read and the zeroing of
+        its batch is lost: use a hash map for exact counts).
+        """
+        m = self._map
+        if m.type in _ARRAY_TYPES:
+            pairs = m._read_raw(delete=False)
+            zero = bytes(m._value_layout()[0] * m._value_layout()[1])
+            m._write_raw([(k, zero) for k, _ in pairs], 0)
+        else:
+            pairs = m._read_raw(delete=True)
+        return [(self._key_value(k), self._value(v)) for k, v in pairs]
+
+    def update_batch(self, mapping: Mapping[Any, Any] | Iterable[tuple[Any, Any]], flags: int = 0) -> None:
+        """Set every (key, value) of ``mapping`` with ``BPF_MAP_UPDATE_BATCH``.
+
+        ``flags`` as for :meth:`update`, applied to each element. The elements
+        are checked and encoded before any is written; a kernel error raises
+        after the ones before it were written. Falls back to one update per
+        element for a map type or kernel without the batch command.
+        """
+        flags = _check.flags(flags, "flags")
+        m = self._map
+        what = f"bpf_map_update_batch({m.name})"
+        m._element_fd(what)
+        pairs = [(self._key_bytes(k, what), self._value_bytes(v, what)) for k, v in _pairs(mapping, {})]
+        m._write_raw(pairs, flags)
+
+    def delete_batch(self, keys: Iterable[Any]) -> int:
+        """Delete ``keys`` with ``BPF_MAP_DELETE_BATCH``; returns how many were deleted.
+
+        Keys not in the map are skipped (a program or LRU eviction may have
+        removed them). TypeError for array maps. Falls back to one delete per
+        key for a map type or kernel without the batch command.
+        """
+        m = self._map
+        what = f"bpf_map_delete_batch({m.name})"
+        m._element_fd(what)
+        m._refuse_delete(what)
+        if isinstance(keys, (str, bytes, Mapping)):
+            raise TypeError(f"{what}: keys must be an iterable of keys, got {type(keys).__name__}")
+        return m._delete_raw([self._key_bytes(k, what) for k in keys])
+
+    # Maps are kernel objects: equal only to themselves (a Mapping would compare contents).
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+class _BatchItems(ItemsView[Any, Any]):
+    _mapping: _Elements
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        yield from self._mapping.lookup_batch()
+
+
+class _BatchValues(ValuesView[Any]):
+    _mapping: _Elements
+
+    def __iter__(self) -> Iterator[Any]:
+        for _, value in self._mapping.lookup_batch():
+            yield value
+
+
+def _pairs(mapping: Any, extra: Mapping[str, Any]) -> Iterator[tuple[Any, Any]]:
+    if isinstance(mapping, Mapping):
+        yield from mapping.items()
+    elif isinstance(mapping, Iterable) and not isinstance(mapping, (str, bytes)):
+        for i, pair in enumerate(mapping):
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise TypeError(f"item #{i} must be a (key, value) pair, got {pair!r}")
+            yield pair[0], pair[1]
+    else:
+        raise TypeError(f"expected a mapping or (key, value) pairs, got {type(mapping).__name__}")
+    yield from extra.items()
+
+
+def _cbuf(data: bytes) -> CData:
+    """A C copy of ``data`` (at least one byte: zero-sized keys still need a valid pointer)."""
+    return ffi.new("char[]", data) if data else ffi.new("char[]", 1)
+
+
+class RawMap(_Elements):
+    """``Map.raw``: the map's element protocol on bytes, whatever its BTF says.
+
+    Keys are bytes of ``key_size`` (an int is accepted, little-endian); values
+    are bytes of ``value_size``, or for per-CPU maps a tuple with one bytes
+    value per possible CPU. Same methods as :class:`Map`: ``m.raw[k]``,
+    ``lookup``, ``update``, ``delete``, ``lookup_batch``, ``pop_items``...
+    """
+
+    def __init__(self, m: Map) -> None:
+        self._map = m
+
+    def _key_bytes(self, key: object, what: str) -> bytes:
+        return self._map._raw_key(key, what)
+
+    def _key_value(self, raw: bytes) -> bytes:
+        return raw
+
+    def _one_value_bytes(self, value: object, what: str) -> bytes:
+        return self._map._raw_value(value, what)
+
+    def _one_value(self, raw: bytes) -> bytes:
+        return bytes(raw[:self._map.value_size])
+
+    def __repr__(self) -> str:
+        return f"<RawMap {self._map.name!r}>"
+
+
+class Map(_Elements):
+    """One map of a BPFObject (``bpf_map``): a typed ``MutableMapping``.
+
+    Keys and values are typed from the map's BTF: ints, bools, str for char
+    arrays, tuples for other arrays, records (``EventDef.parse`` results) for
+    structs, which are written from a record or a mapping; bytes where the map
+    has no BTF type (``__uint(key_size, ...)``) or a type a record cannot hold
+    (``key_type``/``value_type`` say which). Per-CPU maps give a tuple with one
+    value per possible CPU and take a sequence of that length. ``m.raw`` is the
+    same protocol on bytes.
+
+    ``m[k]`` (KeyError when missing), ``m.lookup(k)`` (None when missing),
+    ``m[k] = v``, ``m.update(k, v, flags=)``, ``del m[k]``, ``k in m``,
+    ``len(m)``, iteration, ``keys/values/items/get/clear``, and the batch
+    operations ``lookup_batch``, ``update_batch``, ``delete_batch``,
+    ``pop_items``. Element access needs the object loaded (BPFError EINVAL
+    before), raises ClosedError once it is closed, and TypeError for ring
+    buffers and perf event arrays, which have no elements to look up.
+    Array maps: ``del`` is a TypeError (their elements always exist) and
+    ``len`` is ``max_entries``.
+    """
+
+    def __init__(self, owner: MapOwner, ptr: CData, btf: CData | None) -> None:
+        self._owner = owner
+        self._ptr = ptr
+        self._btf = btf  # the object's BTF (None: no BTF), owned by the object
+        self._map = self
+        self.name = _libbpf.bpf_map__name(ptr)
+        self.raw = RawMap(self)
+        self._types: tuple[ValueType | None, ValueType | None] | None = None
+        self._ncpus = 0
+
+    def _check(self) -> CData:
+        self._owner.c_ptr  # noqa: B018 -- raises ClosedError once the object is closed
+        return self._ptr
+
+    @property
+    def c_ptr(self) -> CData:
+        """The ``struct bpf_map *`` for ``pylibbpf.lib`` calls; valid while the object is open.
+
+        ClosedError once the object is closed.
+        """
+        return self._check()
+
+    @property
+    def type(self) -> int:
+        """The map type (``lib.BPF_MAP_TYPE_*``)."""
+        return _libbpf.bpf_map__type(self._check())
+
+    @property
+    def type_name(self) -> str:
+        return _libbpf.libbpf_map_type_str(self.type)
+
+    @property
+    def fd(self) -> int:
+        """The map's fd; -1 before the object is loaded."""
+        return _libbpf.bpf_map__fd(self._check())
+
+    @property
+    def key_size(self) -> int:
+        return _libbpf.bpf_map__key_size(self._check())
+
+    @property
+    def value_size(self) -> int:
+        """Bytes of one value (of one CPU's value for per-CPU maps).
+
+        Settable before load (``bpf_map__set_value_size``); BPFError (EBUSY)
+        after, naming the map.
+        """
+        return _libbpf.bpf_map__value_size(self._check())
+
+    @value_size.setter
+    def value_size(self, size: int) -> None:
+        size = _check.integer(size, "value_size", lo=1, hi=_check.UINT32_MAX)
+        what = f"bpf_map__set_value_size({self.name})"
+        ptr = self._before_load("value_size", what)
+        _libbpf.bpf_map__set_value_size(ptr, size, what)
+        self._types = None
+
+    @property
+    def max_entries(self) -> int:
+        """How many elements the map holds at most (ring buffers: bytes).
+
+        Settable before load (``bpf_map__set_max_entries``; ring buffers are
+        rounded up to a page multiple by libbpf); BPFError (EBUSY) after.
+        """
+        return _libbpf.bpf_map__max_entries(self._check())
+
+    @max_entries.setter
+    def max_entries(self, n: int) -> None:
+        n = _check.integer(n, "max_entries", lo=1, hi=_check.UINT32_MAX)
+        what = f"bpf_map__set_max_entries({self.name})"
+        _libbpf.bpf_map__set_max_entries(self._before_load("max_entries", what), n, what)
+
+    @property
+    def per_cpu(self) -> bool:
+        return self.type in _PER_CPU_TYPES
+
+    @property
+    def key_type(self) -> EventDef | str | None:
+        """The key's type from BTF: an EventDef for a struct, a type name (``"u32"``), None for bytes."""
+        return _described(self._value_types()[0])
+
+    @property
+    def value_type(self) -> EventDef | str | None:
+        """The value's type from BTF (one CPU's value for per-CPU maps), as :attr:`key_type`."""
+        return _described(self._value_types()[1])
+
+    @property
+    def initial_value(self) -> bytes | None:
+        """A copy of the contents of a global-data map (``.rodata``, ``.data``, ``.bss``).
+
+        None for other maps. Before load this is what the ELF holds (or what
+        :meth:`set_initial_value` or ``obj.globals`` wrote). Prefer
+        ``obj.globals`` to work with the variables by name.
+        """
+        return _libbpf.bpf_map__initial_value(self._check())
+
+    def set_initial_value(self, data: bytes) -> None:
+        """Set the initial contents of a global-data map before ``load()`` (``bpf_map__set_initial_value``).
+
+        ``data`` replaces the whole section, so it must be exactly
+        ``value_size`` bytes (ValueError otherwise). BPFError (EBUSY) once the
+        object is loaded; BPFError (EINVAL) for a map that is not global data.
+        ``obj.globals["name"] = value`` sets one variable instead.
+        """
+        ptr = self._check()
+        raw = bytes(data)
+        if len(raw) != self.value_size:
+            raise ValueError(f"initial value of map {self.name!r} must be {self.value_size} bytes, got {len(raw)}")
+        _libbpf.bpf_map__set_initial_value(ptr, raw, f"bpf_map__set_initial_value({self.name})")
+
+    # -- pinning ---------------------------------------------------------------------------------
+
+    @property
+    def pin_path(self) -> str | None:
+        """Where the map is (or will be at load) pinned in bpffs; None when it is not."""
+        return _libbpf.bpf_map__pin_path(self._check())
+
+    def pin(self, path: str | os.PathLike[str]) -> None:
+        """Pin the map at ``path`` on a bpffs (``/sys/fs/bpf/...``), so it outlives this object.
+
+        Before load: the map is pinned there when ``load()`` creates it, and if
+        a compatible map is already pinned there, ``load()`` reuses that one
+        instead (libbpf's pin-path rule; an incompatible one fails the load,
+        naming the map). After load: pinned now (``bpf_map__pin``). BPFError
+        from libbpf otherwise, e.g. EINVAL for a path not on bpffs, EEXIST
+        when something is pinned there already.
+        """
+        path = _check.path(path, "path")
+        ptr = self._check()
+        if self._owner.loaded:
+            previous = self.pin_path
+            try:
+                _libbpf.bpf_map__pin(ptr, path, f"bpf_map__pin({self.name}, {path})")
+            except BPFError:
+                if previous is None:  # libbpf kept the refused path: forget it
+                    _libbpf.bpf_map__set_pin_path(ptr, None, f"bpf_map__set_pin_path({self.name})")
+                raise
+        else:
+            _libbpf.bpf_map__set_pin_path(ptr, path, f"bpf_map__set_pin_path({self.name}, {path})")
+
+    def unpin(self) -> None:
+        """Remove the map's pin (``bpf_map__unpin``) and forget its path (before load: not pinned at load).
+
+        BPFError (EINVAL) when the map has no pin path.
+        """
+        ptr = self._check()
+        what = f"bpf_map__unpin({self.name})"
+        if self.pin_path is None:
+            raise BPFError(errno.EINVAL, f"map {self.name!r} is not pinned", what)
+        if self._owner.loaded:
+            _libbpf.bpf_map__unpin(ptr, None, what)
+        _libbpf.bpf_map__set_pin_path(ptr, None, what)  # so that pin() may choose another path
+
+    def reuse_pinned(self, path: str | os.PathLike[str]) -> None:
+        """Use the map pinned at ``path`` (by another process or object) instead of creating one.
+
+        Before load only (BPFError EBUSY after). The pinned map must have this
+        map's type, key size and value size (ValueError naming both
+        otherwise); its max_entries and flags are taken. BPFError (ENOENT)
+        when nothing is pinned there.
+        """
+        path = _check.path(path, "path")
+        what = f"bpf_map__reuse_fd({self.name}, {path})"
+        ptr = self._before_load("reuse_pinned()", what)
+        self._value_types()  # typed from this object's BTF: libbpf takes the pinned map's BTF ids
+        fd = _libbpf.bpf_obj_get(path, f"bpf_obj_get({path})")
+        try:
+            info = _libbpf.bpf_map_get_info_by_fd(fd, what)
+            mine = (self.type, self.key_size, self.value_size)
+            theirs = (int(info.type), int(info.key_size), int(info.value_size))
+            if mine != theirs:
+                def shown(t: tuple[int, int, int]) -> str:
+                    return f"{_libbpf.libbpf_map_type_str(t[0])} with {t[1]}-byte keys and {t[2]}-byte values"
+                raise ValueError(f"{what}: the map pinned at {path} is a {shown(theirs)}, "
+                                 f"map {self.name!r} is a {shown(mine)}")
+            _libbpf.bpf_map__reuse_fd(ptr, fd, what)
+        finally:
+            os.close(fd)
+
+    # -- stacks -------------------------------------------------------------------------------
+
+    def stack(self, stack_id: int) -> list[int]:
+        """The frame addresses of ``stack_id`` in a BPF_MAP_TYPE_STACK_TRACE map (innermost first).
+
+        The stack holds ``value_size // 8`` slots; the frames are those before
+        the first 0. KeyError when no stack has that id; ValueError for a
+        negative id (an error ``bpf_get_stackid()`` returned, named);
+        TypeError for another map type.
+        """
+        what = f"stack({self.name})"
+        if self.type != lib.BPF_MAP_TYPE_STACK_TRACE:
+            raise TypeError(f"{what}: map {self.name!r} is {self.type_name}, not stack_trace")
+        if isinstance(stack_id, int) and not isinstance(stack_id, bool) and stack_id < 0:
+            raise ValueError(f"{what}: stack_id {stack_id} is an error from bpf_get_stackid(): "
+                             f"{errno.errorcode.get(-stack_id, '?')} ({os.strerror(-stack_id)})")
+        stack_id = _check.integer(stack_id, "stack_id", hi=_check.UINT32_MAX)
+        if _libbpf.bpf_map__map_flags(self._check()) & lib.BPF_F_STACK_BUILD_ID:
+            raise TypeError(f"{what}: map {self.name!r} holds build-id stacks: read them with m.raw")
+        raw = self._lookup(stack_id.to_bytes(4, "little"), what)
+        if raw is None:
+            raise KeyError(stack_id)
+        frames = []
+        for (addr,) in struct.iter_unpack("<Q", raw[:len(raw) // 8 * 8]):
+            if addr == 0:
+                break
+            frames.append(addr)
+        return frames
+
+    # -- the element layer ----------------------------------------------------------------------
+
+    def _before_load(self, attr: str, what: str) -> CData:
+        ptr = self._check()
+        if self._owner.loaded:
+            raise BPFError(errno.EBUSY, f"map {self.name!r} is already created: "
+                           f"{attr} can only be set before BPFObject.load()", what)
+        return ptr
+
+    def _value_types(self) -> tuple[ValueType | None, ValueType | None]:
+        """(key, value) types from BTF, None where the map has none or it does not match the size."""
+        if self._types is None:
+            ptr = self._check()
+            self._types = (self._side_type(_libbpf.bpf_map__btf_key_type_id(ptr), self.key_size, "key"),
+                           self._side_type(_libbpf.bpf_map__btf_value_type_id(ptr), self.value_size, "value"))
+        return self._types
+
+    def _side_type(self, type_id: int, size: int, side: str) -> ValueType | None:
+        if not type_id or self._btf is None or _libbpf.bpf_map__is_internal(self._ptr):
+            return None
+        vt = value_type(self._btf, type_id, f"{self.name}_{side}")
+        return None if isinstance(vt, BytesType) or vt.size != size else vt  # bytes: the raw protocol
+
+    def _datasec(self) -> tuple[str, list[Any]] | None:
+        """(section, variables) of a global-data map, from its DATASEC in BTF; None for other maps."""
+        if self._btf is None or not _libbpf.bpf_map__is_internal(self._ptr):
+            return None
+        return datasec_vars(self._btf, _libbpf.bpf_map__btf_value_type_id(self._ptr))
+
+    def _key_bytes(self, key: object, what: str) -> bytes:
+        kt = self._value_types()[0]
+        return self._raw_key(key, what) if kt is None else kt.encode(key, f"map {self.name!r} key")
+
+    def _key_value(self, raw: bytes) -> Any:
+        kt = self._value_types()[0]
+        return raw if kt is None else kt.decode(raw)
+
+    def _one_value_bytes(self, value: object, what: str) -> bytes:
+        vt = self._value_types()[1]
+        return self._raw_value(value, what) if vt is None else vt.encode(value, f"map {self.name!r} value")
+
+    def _one_value(self, raw: bytes) -> Any:
+        vt = self._value_types()[1]
+        return bytes(raw[:self.value_size]) if vt is None else vt.decode(raw)
+
+    def _raw_key(self, key: object, what: str) -> bytes:
+        size = self.key_size
+        if isinstance(key, int) and not isinstance(key, bool):
+            try:
+                raw = key.to_bytes(size, "little", signed=key < 0)
+            except OverflowError:
+                raise ValueError(f"{what}: key {key} does not fit the map's {size}-byte key") from None
+        elif isinstance(key, (bytes, bytearray, memoryview)):
+            raw = bytes(key)
+        else:
+            raise TypeError(f"{what}: key must be bytes or int, not {type(key).__name__}")
+        if len(raw) != size:
+            raise ValueError(f"{what}: key is {len(raw)} bytes, map {self.name!r} has {size}-byte keys")
+        return raw
+
+    def _raw_value(self, value: object, what: str) -> bytes:
+        vsize = self.value_size
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise TypeError(f"{what}: value must be bytes, not {type(value).__name__}")
+        if len(value) != vsize:
+            raise ValueError(f"{what}: value is {len(value)} bytes, map {self.name!r} has {vsize}-byte values")
+        return bytes(value)
+
+    def _value_layout(self) -> tuple[int, int]:
+        """(number of values, stride): per-CPU maps hold one 8-byte-aligned value per possible CPU."""
+        vsize = self.value_size
+        if self.per_cpu:
+            if not self._ncpus:
+                self._ncpus = _libbpf.libbpf_num_possible_cpus()
+            return self._ncpus, (vsize + 7) & ~7
+        return 1, vsize
+
+    def _element_fd(self, what: str) -> int:
+        """The fd for element access: the map must be created and have elements."""
+        fd = self.fd
+        kind = _NO_ELEMENTS.get(self.type)
+        if kind is not None:
+            raise TypeError(f"{what}: map {self.name!r} is a {self.type_name} map: it has no elements to "
+                            f"look up or set; read it with {kind}")
+        if fd < 0:
+            raise BPFError(errno.EINVAL, f"map {self.name!r} is not created: call BPFObject.load() first", what)
+        return fd
+
+    def _refuse_delete(self, what: str) -> None:
+        if self.type in _ARRAY_TYPES:
+            raise TypeError(f"{what}: map {self.name!r} is an {self.type_name} map: its elements always exist "
+                            "and cannot be deleted (set them to zero instead)")
+
+    def _lookup(self, key: bytes, what: str) -> bytes | None:
+        fd = self._element_fd(what)
+        count, stride = self._value_layout()
+        value = ffi.new("char[]", max(1, count * stride))
+        if not _libbpf.bpf_map_lookup_elem(fd, _cbuf(key), value, what):
+            return None
+        return bytes(ffi.buffer(value, count * stride))
+
+    def _raw_keys(self) -> Iterator[bytes]:
+        what = f"bpf_map_get_next_key({self.name})"
+        fd = self._element_fd(what)
+        size = self.key_size
+        cur, nxt = ffi.new("char[]", max(1, size)), ffi.new("char[]", max(1, size))
+        prev = ffi.NULL
+        while _libbpf.bpf_map_get_next_key(fd, prev, nxt, what):
+            yield bytes(ffi.buffer(nxt, size))
+            ffi.memmove(cur, nxt, max(1, size))
+            prev = cur
+
+    def _read_raw(self, delete: bool) -> list[tuple[bytes, bytes]]:
+        """Every (key, value) as bytes, in batches; ``delete`` removes what is read."""
+        name = "bpf_map_lookup_and_delete_batch" if delete else "bpf_map_lookup_batch"
+        what = f"{name}({self.name})"
+        fd = self._element_fd(what)
+        try:
+            return self._read_batched(fd, delete, what)
+        except _NoBatch:
+            return self._read_each(fd, delete)
+
+    def _read_batched(self, fd: int, delete: bool, what: str) -> list[tuple[bytes, bytes]]:
+        call = _libbpf.bpf_map_lookup_and_delete_batch if delete else _libbpf.bpf_map_lookup_batch
+        ksize = self.key_size
+        count, stride = self._value_layout()
+        vsize = count * stride
+        # The kernel's batch token: the previous key for arrays, a u32 bucket index for hashes.
+        token_size = max(ksize, 8)
+        in_token, out_token = ffi.new("char[]", token_size), ffi.new("char[]", token_size)
+        room = _BATCH_ROOM
+        keys, values = ffi.new("char[]", room * max(1, ksize)), ffi.new("char[]", room * max(1, vsize))
+        n = ffi.new("__u32 *")
+        opts = _libbpf.bpf_map_batch_opts()
+        in_batch = ffi.NULL
+        out: list[tuple[bytes, bytes]] = []
+        while True:
+            n[0] = room
+            try:
+                done = call(fd, in_batch, out_token, keys, values, n, opts, what)
+            except BPFError as e:
+                if e.errno == errno.ENOSPC and room < _MAX_BATCH_ROOM:  # one bucket holds more than room
+                    room *= 4
+                    keys, values = ffi.new("char[]", room * max(1, ksize)), ffi.new("char[]", room * max(1, vsize))
+                    continue
+                if e.errno in _NO_BATCH and in_batch == ffi.NULL:
+                    raise _NoBatch from None
+                raise
+            got = int(n[0])
+            kbuf, vbuf = ffi.buffer(keys, got * ksize)[:], ffi.buffer(values, got * vsize)[:]
+            out.extend((kbuf[i * ksize:(i + 1) * ksize], vbuf[i * vsize:(i + 1) * vsize]) for i in range(got))
+            if done:
+                return out
+            ffi.memmove(in_token, out_token, token_size)
+            in_batch = in_token
+
+    def _read_each(self, fd: int, delete: bool) -> list[tuple[bytes, bytes]]:
+        """The per-element path: walk the keys, read (and delete) each; keys gone meanwhile are skipped."""
+        what = f"bpf_map_lookup_{'and_delete_' if delete else ''}elem({self.name})"
+        count, stride = self._value_layout()
+        value = ffi.new("char[]", max(1, count * stride))
+        out = []
+        for key in list(self._raw_keys()):
+            ckey = _cbuf(key)
+            if delete:
+                found = self._pop_one(fd, ckey, value, what)
+            else:
+                found = _libbpf.bpf_map_lookup_elem(fd, ckey, value, what)
+            if found:
+                out.append((key, bytes(ffi.buffer(value, count * stride))))
+        return out
+
+    def _pop_one(self, fd: int, ckey: CData, value: CData, what: str) -> bool:
+        try:
+            return _libbpf.bpf_map_lookup_and_delete_elem(fd, ckey, value, what)
+        except BPFError as e:
+            if e.errno not in _NO_BATCH:
+                raise
+        # No lookup-and-delete for this map type: read, then delete (not atomic).
+        return _libbpf.bpf_map_lookup_elem(fd, ckey, value, what) and \
+            _libbpf.bpf_map_delete_elem(fd, ckey, what)
+
+    def _write_raw(self, pairs: list[tuple[bytes, bytes]], flags: int) -> None:
+        what = f"bpf_map_update_batch({self.name})"
+        fd = self._element_fd(what)
+        n = ffi.new("__u32 *")
+        opts = _libbpf.bpf_map_batch_opts(flags)
+        for start in range(0, len(pairs), _BATCH_ROOM * 16):
+            chunk = pairs[start:start + _BATCH_ROOM * 16]
+            keys = _cbuf(b"".join(k for k, _ in chunk))
+            values = _cbuf(b"".join(v for _, v in chunk))
+            n[0] = len(chunk)
+            try:
+                _libbpf.bpf_map_update_batch(fd, keys, values, n, opts, what)
+            except BPFError as e:
+                if not (e.errno in _NO_BATCH and start == 0):  # the kernel leaves n as it was
+                    raise
+                self._write_each(fd, pairs, flags)
+                return
+
+    def _write_each(self, fd: int, pairs: list[tuple[bytes, bytes]], flags: int) -> None:
+        what = f"bpf_map_update_elem({self.name})"
+        for key, value in pairs:
+            _libbpf.bpf_map_update_elem(fd, _cbuf(key), _cbuf(value), flags, what)
+
+    def _delete_raw(self, keys: list[bytes]) -> int:
+        what = f"bpf_map_delete_batch({self.name})"
+        fd = self._element_fd(what)
+        n = ffi.new("__u32 *")
+        opts = _libbpf.bpf_map_batch_opts()
+        deleted, start = 0, 0
+        while start < len(keys):
+            chunk = keys[start:start + _BATCH_ROOM * 16]
+            n[0] = len(chunk)
+            try:
+                complete = _libbpf.bpf_map_delete_batch(fd, _cbuf(b"".join(chunk)), n, opts, what)
+            except BPFError as e:
+                if not (e.errno in _NO_BATCH and start == 0):
+                    raise
+                return self._delete_each(fd, keys)
+            deleted += int(n[0])
+            # The kernel stops at a missing key (ENOENT): skip it and go on after it.
+            start += int(n[0]) + (0 if complete else 1)
+        return deleted
+
+    def _delete_each(self, fd: int, keys: list[bytes]) -> int:
+        what = f"bpf_map_delete_elem({self.name})"
+        return sum(1 for key in keys if _libbpf.bpf_map_delete_elem(fd, _cbuf(key), what))
+
+    def __repr__(self) -> str:
+        return f"<Map {self.name!r}>"
+
+
+class _NoBatch(Exception):
+    """The batch command is not available for this map: take the per-element path."""
+
+
+def _described(vt: ValueType | None) -> EventDef | str | None:
+    if vt is None:
+        return None
+    return vt.event if vt.event is not None else vt.name
+
+
+# --- global variables ---------------------------------------------------------------------------
+
+class _Var:
+    __slots__ = ("map", "name", "offset", "section", "size", "type")
+
+    def __init__(self, name: str, section: str, m: Map, offset: int, size: int, vt: ValueType) -> None:
+        self.name, self.section, self.map, self.offset, self.size, self.type = name, section, m, offset, size, vt
+
+
+def global_sections(maps: Iterable[Map]) -> dict[str, Map]:
+    """Section name (``.rodata``, ``.data.x``) -> its map, for every global-data map with BTF.
+
+    libbpf names these maps after the object (``execsnoo.rodata``: a truncated
+    object name before ``.rodata``); the section name is what the source says.
+    """
+    out = {}
+    for m in maps:
+        sec = m._datasec()
+        if sec is not None:
+            out[sec[0]] = m
+    return out
+
+
+class Globals(MutableMapping[str, Any]):
+    """``obj.globals``: the object's global variables by name (``.rodata*``, ``.data*``, ``.bss*``).
+
+    Typed from BTF (DATASEC/VAR) as map values are (ints range-checked, bool,
+    enums, str for char arrays, tuples for arrays, records for structs; bytes
+    for what a record cannot hold). Before load, an assignment sets that
+    variable's initial value and leaves the rest of its section as it was.
+    After load, ``.data``/``.bss`` variables are read and written live in the
+    section the kernel maps into this process (the program sees a write at
+    once, and reads see the program's writes); a ``.rodata`` variable can be
+    read but not written (frozen by the load: BPFError EPERM naming it).
+    Unknown names raise KeyError listing the known ones; a value of the wrong
+    type or out of range raises TypeError/ValueError naming the variable.
+    A name defined in two sections (static variables) is also reachable as
+    ``"section:name"``. ClosedError once the object is closed.
+    """
+
+    def __init__(self, owner: MapOwner, maps: Iterable[Map], btf: CData | None) -> None:
+        self._owner = owner
+        self._vars: dict[str, _Var] = {}
+        if btf is None:
+            return
+        for section, m in global_sections(maps).items():
+            if not section.startswith(_GLOBAL_SECTIONS):
+                continue  # .kconfig, .ksyms, .addr_space...: libbpf fills them
+            datasec = m._datasec()
+            assert datasec is not None
+            for var in datasec[1]:
+                vt = value_type(btf, var.type_id, var.name)
+                if vt.size != var.size:
+                    vt = BytesType(var.size, f"{var.name}: BTF size {vt.size} != section size {var.size}")
+                entry = _Var(var.name, section, m, var.offset, var.size, vt)
+                key = var.name if var.name not in self._vars else f"{section}:{var.name}"
+                self._vars[key] = entry
+
+    def _var(self, name: str) -> _Var:
+        self._owner.c_ptr  # noqa: B018 -- ClosedError once the object is closed
+        try:
+            return self._vars[name]
+        except (KeyError, TypeError):
+            known = ", ".join(self._vars) or "none"
+            raise KeyError(f"no global variable named {name!r} in {self._owner.name} (known: {known})") from None
+
+    def section(self, name: str) -> str:
+        """The ELF section that holds variable ``name`` (``.rodata``, ``.bss``, ``.data.x``...)."""
+        return self._var(name).section
+
+    def type_of(self, name: str) -> EventDef | str:
+        """The variable's type: an EventDef for a struct, else a type name (``u32``, ``char[16]``, ``bytes[8]``)."""
+        described = _described(self._var(name).type)
+        assert described is not None
+        return described
+
+    def _section_memory(self, var: _Var) -> tuple[CData, int]:
+        return _libbpf.bpf_map__c_initial_value(var.map.c_ptr)
+
+    def __getitem__(self, name: str) -> Any:
+        var = self._var(name)
+        ptr, size = self._section_memory(var)
+        if ptr != ffi.NULL and var.offset + var.size <= size:
+            raw = ffi.buffer(ptr + var.offset, var.size)[:]
+        else:  # loaded but not mmapable (only static variables): read the map's one element
+            section = var.map.raw.lookup(0)
+            raw = section[var.offset:var.offset + var.size]
+        return var.type.decode(raw)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        var = self._var(name)
+        data = var.type.encode(value, f"global {name!r}")
+        loaded = self._owner.loaded
+        if loaded and var.section.startswith(".rodata"):
+            raise BPFError(errno.EPERM, f"global {name!r} is in {var.section}, frozen by BPFObject.load(): "
+                           "set it before load()", f"globals[{name!r}]")
+        ptr, size = self._section_memory(var)
+        if ptr != ffi.NULL and var.offset + var.size <= size:
+            ffi.memmove(ptr + var.offset, data, len(data))
+        elif loaded:  # not mmapable: rewrite the section's one element (not atomic with the program)
+            section = bytearray(var.map.raw[0])
+            section[var.offset:var.offset + var.size] = data
+            var.map.raw[0] = bytes(section)
+        else:
+            raise BPFError(errno.EINVAL, f"global {name!r}: section {var.section} has no initial image",
+                           f"globals[{name!r}]")
+
+    def __delitem__(self, name: str) -> None:
+        self._var(name)
+        raise TypeError(f"global {name!r} cannot be deleted (assign it instead)")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._vars)
+
+    def __len__(self) -> int:
+        return len(self._vars)
+
+    def __repr__(self) -> str:
+        return f"<globals of {self._owner.name}: {', '.join(self._vars) or 'none'}>"
