@@ -8,6 +8,7 @@
     pylibbpf features [--json]
     pylibbpf runqlat [--interval S [--count N]] [-m] [--pid P] [--per-process] [--json]   (cli/runqlat.py)
     pylibbpf build PROG.bpf.c [-o PROG.bpf.o]      (cli/build.py)
+    pylibbpf profile [--frequency HZ] [--cpu N] [--pid P] [--duration S] [--folded|--json]   (cli/profile.py)
 
 ``trace`` loads one of the programs built from ``csrc/bpf/`` (package data in
 ``pylibbpf/bpf/``), sets its load-time configuration (``struct tool_config``
@@ -71,6 +72,7 @@ from ._common import positive_float as _positive_float
 from ._common import positive_int as _positive_int
 from .build import add_parser as add_build_parser
 from .features import add_parser as add_features_parser
+from .profile import add_parser as _add_profile_parser
 from .runqlat import add_parser as _add_runqlat_parser
 
 #: Where tracefs is looked for (libbpf reads tracepoint ids from either).
@@ -700,6 +702,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_features_parser(sub)
     _add_runqlat_parser(sub)
     add_build_parser(sub)
+    _add_profile_parser(sub)
     return parser
 
 
