@@ -15,8 +15,10 @@ keeps the frames in a stack-trace map. ``--pid`` and the idle task's exclusion
 When the run ends (``--duration``, Ctrl-C, SIGTERM) the events are closed,
 the counts read, kernel frames resolved with :class:`~pylibbpf.syms.KernelSymbols`
 and user frames with one :class:`~pylibbpf.syms.ProcessSymbols` per process
-(a process that exited before the end has no mappings left to read: its
-frames print as ``[unknown:ADDRESS]``). Output, on stdout:
+(the mappings of each process are read once a second while sampling, so that
+the frames of a process that exits before the end still resolve through the
+files it had mapped; a process that came and went within that second has no
+mappings left to read: its frames print as ``[unknown:ADDRESS]``). Output, on stdout:
 
 - default: the ``--top`` (default 10) hottest stacks, hottest first, each as
   bcc's profile prints it: frames innermost first (kernel, then user), a line
@@ -41,7 +43,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
 from ..errors import BPFError
@@ -307,7 +309,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             sys.stderr.write(f"sampling {where} at {args.frequency} Hz{what}... {until}\n")
             sys.stderr.flush()
             try:
-                gone = _wait(started, args.duration, status)
+                gone = _wait(started, args.duration, status, lambda: _watch_sampled(obj, symbols))
             except (KeyboardInterrupt, Terminate):
                 gone = False
         finally:
@@ -335,11 +337,22 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _wait(started: float, duration: float | None, status: StatusLine) -> bool:
-    """Sleep until the duration is over (False) or stdout's reader is gone (True)."""
+def _watch_sampled(obj: BPFObject, symbols: Symbolizer) -> None:
+    """Read the mappings of every process sampled so far, while it runs: a short-lived process's
+    frames still resolve at the end (through the files its mappings named)."""
+    for key in obj.maps["counts"].keys():
+        symbols.watch(key.pid)
+
+
+def _wait(started: float, duration: float | None, status: StatusLine, every_second: Callable[[], None]) -> bool:
+    """Sleep until the duration is over (False) or stdout's reader is gone (True); call ``every_second``."""
     end = None if duration is None else started + duration
+    next_call = started + 1.0
     while True:
         now = time.monotonic()
+        if now >= next_call:
+            every_second()
+            next_call = time.monotonic() + 1.0
         if end is not None and now >= end:
             return False
         if pipe_broken(sys.stdout):
