@@ -28,6 +28,7 @@ variables. Nothing here holds the BTF: the caller keeps its owner open.
 
 from __future__ import annotations
 
+import abc
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -183,7 +184,7 @@ def struct_event_def(btf: CData, name: str, owner: str = "the object") -> EventD
 
 # --- typed values ----------------------------------------------------------------------------
 
-class ValueType:
+class ValueType(abc.ABC):
     """How the bytes of one BTF type read and write as a Python value.
 
     ``name`` is a short type name (``u32``, ``bool``, ``char[16]``, ``u64[4]``,
@@ -199,11 +200,13 @@ class ValueType:
     #: Why this type reads as bytes (None when it is typed).
     why_bytes: str | None = None
 
+    @abc.abstractmethod
     def decode(self, raw: bytes) -> Any:
-        raise NotImplementedError
+        """Per subclass."""
 
+    @abc.abstractmethod
     def encode(self, value: object, label: str) -> bytes:
-        raise NotImplementedError
+        """Per subclass."""
 
     def __repr__(self) -> str:
         return f"<ValueType {self.name} ({self.size} bytes)>"

@@ -14,6 +14,7 @@ module does not import the object module.
 
 from __future__ import annotations
 
+import abc
 import errno
 import os
 import struct
@@ -72,17 +73,21 @@ class _Elements(MutableMapping[Any, Any]):
 
     # -- encoding (per subclass) --------------------------------------------------------------
 
+    @abc.abstractmethod
     def _key_bytes(self, key: object, what: str) -> bytes:
-        raise NotImplementedError
+        """Per subclass."""
 
+    @abc.abstractmethod
     def _key_value(self, raw: bytes) -> Any:
-        raise NotImplementedError
+        """Per subclass."""
 
+    @abc.abstractmethod
     def _one_value_bytes(self, value: object, what: str) -> bytes:
-        raise NotImplementedError
+        """Per subclass."""
 
+    @abc.abstractmethod
     def _one_value(self, raw: bytes) -> Any:
-        raise NotImplementedError
+        """Per subclass."""
 
     def _value_bytes(self, value: object, what: str) -> bytes:
         """The kernel's value layout: per-CPU maps take one value per possible CPU, 8-byte aligned."""
