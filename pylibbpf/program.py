@@ -18,11 +18,10 @@ import dataclasses
 import errno
 import os
 import socket
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
-from . import _check, _libbpf, features
+from . import _check, _close, _libbpf, features
 from ._ffi import ffi, lib
 from .errors import BPFError, ClosedError
 
@@ -74,7 +73,7 @@ class enable_stats:  # a class used as a function: ``with pylibbpf.enable_stats(
     def __init__(self) -> None:
         fd = _libbpf.bpf_enable_stats(lib.BPF_STATS_RUN_TIME, "bpf_enable_stats(BPF_STATS_RUN_TIME)")
         self._fd: int | None = fd
-        self._finalizer = weakref.finalize(self, os.close, fd)
+        self._finalizer = _close.finalizer(self, os.close, fd)
 
     @property
     def closed(self) -> bool:
@@ -172,7 +171,7 @@ class Program:
         self._ptr = ptr
         self._alive = alive
         self._own_fd = fd
-        self._finalizer = weakref.finalize(self, os.close, fd) if fd is not None else None
+        self._finalizer = _close.finalizer(self, os.close, fd) if fd is not None else None
         if ptr is not None:
             self.name = _libbpf.bpf_program__name(ptr)
             self.section = _libbpf.bpf_program__section_name(ptr)
@@ -724,8 +723,8 @@ class Link:
         self._iterator = iterator
         self.name = name
         # The safety net: destroys a forgotten link (and so detaches it); destroy() disarms it.
-        self._finalizer: Callable[[], Any] = (weakref.finalize(self, _libbpf.bpf_link__destroy, ptr)
-                                              if ptr is not None else weakref.finalize(self, os.close, int(fd or 0)))
+        self._finalizer: Callable[[], Any] = (_close.finalizer(self, _libbpf.bpf_link__destroy, ptr)
+                                              if ptr is not None else _close.finalizer(self, os.close, int(fd or 0)))
 
     @classmethod
     def open_pinned(cls, path: str | os.PathLike[str]) -> Link:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from pylibbpf import BPFObject
+
 ROOT = Path(__file__).resolve().parent.parent
 BPF_SRC = ROOT / "tests" / "bpf"
 BPF_OUT = BPF_SRC / "build"
@@ -82,6 +84,20 @@ def bpf_objects(bpf_privileged: None) -> dict[str, Path]:
     import build_bpf
 
     return {p.name[: -len(".bpf.o")]: p for p in build_bpf.build(BPF_SRC, BPF_OUT)}
+
+
+@pytest.fixture
+def rb_obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
+    """ringbuf.bpf.o, loaded (closed after the test)."""
+    with BPFObject.open(bpf_objects["ringbuf"]) as o:
+        yield o.load()
+
+
+@pytest.fixture
+def perf_obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
+    """perfbuf.bpf.o, loaded (closed after the test)."""
+    with BPFObject.open(bpf_objects["perfbuf"]) as o:
+        yield o.load()
 
 
 @pytest.fixture

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,16 +25,6 @@ RECORDS = 1000
 STEPS = [1, 1, 35, 213, 250, 498]  # records taken by each early-ended iteration, in turn (998 in all)
 
 
-@pytest.fixture
-def rb_obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
-    with BPFObject.open(bpf_objects["ringbuf"]) as o:
-        yield o.load()
-
-
-@pytest.fixture
-def perf_obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
-    with BPFObject.open(bpf_objects["perfbuf"]) as o:
-        yield o.load()
 
 
 def _ring(obj: BPFObject) -> tuple[Any, Callable[[Any], int]]:

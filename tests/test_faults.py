@@ -106,16 +106,6 @@ def emit_ordered(obj: BPFObject, count: int, *, target: int, seq: int = 0) -> No
     run_emit_ordered(obj.programs["emit_ordered"], count, ts=old_ts(), seq=seq, target=target)
 
 
-@pytest.fixture
-def rb_obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
-    with BPFObject.open(bpf_objects["ringbuf"]) as o:
-        yield o.load()
-
-
-@pytest.fixture
-def perf_obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
-    with BPFObject.open(bpf_objects["perfbuf"]) as o:
-        yield o.load()
 
 
 @pytest.fixture
