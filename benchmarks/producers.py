@@ -16,7 +16,7 @@ import time
 import traceback
 from pathlib import Path
 
-from pylibbpf.perfbuf import online_cpus  # one perf ring per online CPU
+from pylibbpf.features import online_cpus  # one perf ring per online CPU
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = ROOT / "benchmarks"

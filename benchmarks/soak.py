@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pylibbpf.perfbuf import online_cpus
+from pylibbpf.features import online_cpus
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS_BPF = ROOT / "tests" / "bpf"

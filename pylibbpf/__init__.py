@@ -8,9 +8,10 @@ classes do not wrap.
 
 from __future__ import annotations
 
-from . import features
+from . import _shim, features
+from ._batch import Batch, OrderedBatch, Record
 from ._ffi import ffi, lib
-from ._reader import Batch
+from ._rings import RingBufLayout
 from ._version import __version__
 from .asm import Insn, load_program, store_event_field, store_event_fields, store_event_imm, zero_event_field
 from .build import include_dir
@@ -37,11 +38,11 @@ from .events import (
 from .hist import Histogram
 from .maps import Globals, Map, RawMap
 from .object import BPFObject
-from .perfbuf import OrderedBatch, OrderedReader, OrderedStats, PerfBuffer, PerfReader, Record
+from .ordered import OrderedReader, OrderedStats
+from .perfbuf import PerfBuffer, PerfReader
 from .program import Link, Program, ProgramStats, TestRun, enable_stats
 from .ringbuf import (
     RingBuffer,
-    RingBufLayout,
     UserRingBuffer,
     map_ringbuf,
     peek_ringbuf_events,
@@ -54,7 +55,7 @@ from .syms import KernelSymbols, ProcessSymbols, Symbol
 
 def libbpf_version() -> str:
     """The version of the libbpf linked into pylibbpf (the pin: 1.5.0)."""
-    return str(ffi.string(lib.plb_libbpf_release()).decode())
+    return _shim.plb_libbpf_release()
 
 
 __all__ = [

@@ -27,20 +27,32 @@ a child at all (the kernel marks them VM_DONTCOPY): the ranges registered
 with :func:`add_fork_hole` are filled with zeroed memory in the child, so that
 a memoryview of one (``PerfBuffer.buffer(i)``) reads zeros instead of crashing.
 
-This module imports nothing of the package but the compiled module.
+The classes every reader is built on live here too: :class:`Waiter` (the
+interruptible wait: an epoll set plus an eventfd ``close()`` signals),
+:class:`Closable` (the close protocol: idempotent ``close()``, context manager,
+ClosedError after, the fork guard) and :class:`OneCaller` (one call at a time
+on a reader). The argument checks and the timeout conversions they use are in
+:mod:`pylibbpf._check`. This module imports only the compiled module, the
+checks, the errors and the checked shim layer.
 """
 
 from __future__ import annotations
 
+import abc
 import atexit
+import errno
+import functools
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from ._ffi import ffi, lib
+from . import _check, _libbpf, _shim
+from ._ffi import ffi
+from .errors import ClosedError
 
 CData = Any
 
@@ -145,7 +157,7 @@ def _after_fork_in_child() -> None:
         ranges = [r for rs in _holes.values() for r in rs]
         _holes.clear()
     for addr, length in ranges:
-        lib.plb_fill_hole(ffi.cast("void *", addr), length)
+        _shim.plb_fill_hole(addr, length)
     for obj in list(_fork_hooks):
         obj._after_fork_in_child()
 
@@ -168,3 +180,209 @@ os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
 os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(shutdown_at_exit)
 
+
+class Waiter:
+    """An epoll set over some fds plus an eventfd that ``wake()`` signals from any thread."""
+
+    def __init__(self, fds: list[int], what: str) -> None:
+        self._w = ffi.new("struct plb_waiter *")
+        self._w.epfd = self._w.evfd = -1
+        _shim.plb_waiter_init(self._w, -1, what)
+        self._finalizer = finalizer(self, _shim.plb_waiter_close, self._w)
+        try:
+            for fd in fds:
+                _shim.plb_waiter_add(self._w, fd, what)
+        except BaseException:
+            self.close()
+            raise
+
+    def add_writable(self, fd: int, what: str) -> None:
+        """Also wake when ``fd`` gains room to write (edge-triggered EPOLLOUT: each new room wakes once)."""
+        _shim.plb_waiter_add_writable(self._w, fd, what)
+
+    @property
+    def fd(self) -> int:
+        """The epoll fd: readable when a watched fd is, or once woken (for asyncio)."""
+        return int(self._w.epfd)
+
+    def wait(self, timeout_ms: int, what: str) -> bool:
+        """Block (GIL released) until ready (True) or timeout (False); ClosedError once woken.
+
+        A signal interrupts the wait and lets Python run its handler (Ctrl-C
+        raises KeyboardInterrupt here); otherwise the wait resumes for the time left.
+        """
+        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
+        while True:
+            ret = _shim.plb_waiter_wait(self._w, _check.remaining_ms(deadline))
+            if ret >= 0:
+                return ret > 0
+            if ret == -errno.ECANCELED:
+                raise ClosedError(what)
+            if ret != -errno.EINTR:
+                raise _libbpf.error(-ret, f"{what}: epoll_wait")
+
+    def wake(self) -> None:
+        _shim.plb_waiter_wake(self._w)
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+class Closable(abc.ABC):
+    """The close protocol: an idempotent ``close()``, a context manager, ClosedError after.
+
+    Subclasses implement ``_release()`` (free C resources; called once, under
+    the operation lock, after any blocked reader has been woken and left).
+
+    Every reader is closed at interpreter exit if still open (see
+    :func:`shutdown_at_exit`), so a daemon thread still reading then gets
+    ClosedError instead of reading freed memory. In a forked child every
+    method raises ClosedError before touching a lock or shared memory.
+    """
+
+    _what = "object"
+    _exit_order = 1  # closed at exit after the consumers, which read through readers
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
+        self._owner_pid = current_pid()
+        self._waiter: Waiter | None = None
+        self._close_hooks: list[Callable[[], None]] = []  # wake async iterations on close
+        track(self)
+
+    def _check_owner(self) -> None:
+        """ClosedError in a forked child: the object belongs to the parent."""
+        if self._owner_pid != current_pid():
+            raise ClosedError(f"{self._what} inherited through fork()")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(self._what)
+        self._check_owner()
+
+    def _wait(self, timeout_ms: int) -> bool:
+        """Wait on the reader's fds (lock held): True when ready, False on timeout.
+
+        Callers skip the wait for timeout 0 and drain directly: a perf event fd
+        reports each wakeup to one poll only, and an asyncio selector polling the
+        same epoll fd may already have taken it.
+        """
+        if self._waiter is None:
+            raise ClosedError(self._what)
+        return self._waiter.wait(timeout_ms, self._what)
+
+    def close(self) -> None:
+        """Release everything; wakes a reader blocked in another thread (it raises ClosedError).
+
+        Idempotent; every later call on the object raises ClosedError.
+
+        In a forked child, closing an object the parent made only marks it
+        closed: its rings, map entries and wake-up eventfd are shared with the
+        parent, which still reads them, and a parent thread may have held its
+        lock at the fork. The child's copies of the fds (all close-on-exec) and
+        mappings go when the child exits or execs.
+        """
+        self._close_within(None)
+
+    def _at_exit(self, timeout: float) -> None:
+        """Interpreter exit: close, waiting at most ``timeout`` s for a reader to leave."""
+        self._close_within(timeout)
+
+    def _close_within(self, timeout: float | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._owner_pid != current_pid():
+            return
+        if self._waiter is not None:
+            self._waiter.wake()
+        for hook in list(self._close_hooks):
+            hook()
+        # Every C call on the object's memory runs under the lock after a closed
+        # check: once we hold it, no thread is inside, nor will be.
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            return  # exit only: a thread would not leave; free nothing under it
+        try:
+            self._release()
+            if self._waiter is not None:
+                self._waiter.close()
+        finally:
+            self._lock.release()
+
+    @abc.abstractmethod
+    def _release(self) -> None:
+        """Free the C resources (once, under the lock, no reader inside)."""
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Any:
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+Callback = Callable[..., Any]
+
+
+class OneCaller:
+    """One call at a time on a reader, from drain to the last record delivered.
+
+    Two threads polling one reader would otherwise deliver the same drained
+    records twice. A second thread waits (up to its own timeout); the thread
+    already inside (a callback calling back into its reader) gets a
+    RuntimeError naming the reader instead of a deadlock.
+    """
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+
+    def enter(self, timeout_ms: int) -> bool:
+        """Take the turn: False when ``timeout_ms`` (-1: no limit, 0: do not wait) passed first."""
+        me = threading.get_ident()
+        if self._owner == me:
+            raise RuntimeError(f"{self._what}: called from its own callback; one call at a time")
+        if timeout_ms == 0:
+            taken = self._lock.acquire(False)
+        else:
+            taken = self._lock.acquire(timeout=-1 if timeout_ms < 0 else timeout_ms / 1000)
+        if taken:
+            self._owner = me
+        return taken
+
+    def leave(self) -> None:
+        self._owner = None
+        self._lock.release()
+
+
+ResultT = TypeVar("ResultT")
+
+
+def one_caller(empty: Callable[[], Any]) -> Callable[[Callable[..., ResultT]], Callable[..., ResultT]]:
+    """Decorate ``method(self, timeout_ms)``: it runs under ``self._calls`` (a :class:`OneCaller`).
+
+    The time spent waiting for the turn counts against ``timeout_ms``; when it
+    runs out first, the call returns ``empty()``.
+    """
+    def wrap(method: Callable[..., ResultT]) -> Callable[..., ResultT]:
+        @functools.wraps(method)
+        def call(self: Any, timeout_ms: int = -1) -> ResultT:
+            timeout_ms = _check.timeout_ms(timeout_ms)
+            self._check_open()  # in a forked child: ClosedError before the lock
+            start = time.monotonic()
+            if not self._calls.enter(timeout_ms):
+                return empty()  # type: ignore[no-any-return]
+            try:
+                if timeout_ms > 0:
+                    timeout_ms = max(0, timeout_ms - int((time.monotonic() - start) * 1000))
+                return method(self, timeout_ms)
+            finally:
+                self._calls.leave()
+        return call
+    return wrap

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import _check, _libbpf
+from . import _check, _libbpf, _shim
 
 #: The running kernel's BTF: what vmlinux.h is generated from.
 VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
@@ -142,7 +142,7 @@ def _dump_with_libbpf(btf_path: str, out: Path) -> None:
     with open(out, "w") as f:
         f.write(_VMLINUX_HEAD)
         f.flush()
-        _libbpf.plb_btf_dump_c(btf, f.fileno(), f"btf_dump({btf_path})")
+        _shim.plb_btf_dump_c(btf, f.fileno(), f"btf_dump({btf_path})")
         f.write(_VMLINUX_TAIL)
 
 

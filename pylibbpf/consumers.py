@@ -41,13 +41,12 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, NamedTuple
 
-from . import _check, _close, _libbpf
-from ._close import current_pid
+from . import _check, _close, _libbpf, _shim
+from ._close import Callback, Waiter, current_pid
 from ._ffi import ffi, lib
-from ._reader import Callback, Waiter
+from ._rings import SAFETY_NET_MS, RecordBuffer, RingBufLayout, busy_pause, require_map_type
 from .errors import ClosedError
 from .maps import Map
-from .ringbuf import SAFETY_NET_MS, RecordBuffer, RingBufLayout, busy_pause, require_map_type
 
 CData = Any
 
@@ -595,8 +594,8 @@ class RingBufConsumer(_Consumer):
             self._layout = None
 
     def _read_batch(self, layout: RingBufLayout) -> list[bytes]:
-        with layout._lock:
-            records = layout._read_once(self._batch_size, consume=True)
+        with layout.locked():
+            records = layout.read_once(self._batch_size, consume=True)
         if records:
             with self._cond:
                 self._read += len(records)
@@ -627,14 +626,10 @@ class RingBufConsumer(_Consumer):
         # Final pass: what the producer had published by now, until the deadline.
         if async_mode and self._waker is None:
             return  # nobody to deliver to: leave the records in the ring
-        with layout._lock:
-            layout._check_open()
-            limit = _libbpf.rb_producer_pos(layout._view)
+        limit = layout.producer_pos
         while not self._stopping_past_deadline():
-            with layout._lock:
-                layout._check_open()
-                if _libbpf.plb_rb_consumer_pos(layout._view) >= limit:
-                    break
+            if layout.consumer_pos >= limit:
+                break
             records = self._read_batch(layout)
             if not records:
                 break
@@ -720,8 +715,8 @@ class BackpressureConsumer(_Consumer):
             return self._final
         self._check_not_inherited()
         q, r = self._qstats, self._rstats
-        _libbpf.plb_queue_stats(self._queue, q)
-        _libbpf.plb_reader_stats(self._reader, r)
+        _shim.plb_queue_stats(self._queue, q)
+        _shim.plb_reader_stats(self._reader, r)
         return int(q.pushed), int(q.dropped), int(q.queue_full_count), int(q.high_water), int(r.batches)
 
     def _snapshot(self) -> BackpressureStats:
@@ -776,13 +771,13 @@ class BackpressureConsumer(_Consumer):
         queue = reader = None
         try:
             drop_cap = self._max_pending if self._drop_handler is not None else 0
-            queue = _libbpf.plb_queue_create(self._max_pending, self._byte_cap, drop_cap,
+            queue = _shim.plb_queue_create(self._max_pending, self._byte_cap, drop_cap,
                                              self._byte_cap if drop_cap else 0, "plb_queue_create")
-            reader = _libbpf.plb_reader_start(layout._mapping.view, self._map.fd, queue, self._batch_size,
+            reader = _shim.plb_reader_start(layout.view()[0], self._map.fd, queue, self._batch_size,
                                               f"plb_reader_start({self._map.name})")
         except BaseException:
             if queue is not None:
-                _libbpf.plb_queue_destroy(queue)
+                _shim.plb_queue_destroy(queue)
             layout.close()
             raise
         with self._cond:
@@ -792,10 +787,10 @@ class BackpressureConsumer(_Consumer):
     def _signal_stop(self) -> None:
         """Final pass of the native reader, then close the queue (wakes the processor)."""
         if self._reader is not None:
-            err = _libbpf.plb_reader_stop(self._reader)
+            err = _shim.plb_reader_stop(self._reader)
             if err and not self._reader_error:
                 self._reader_error = err
-            _libbpf.plb_queue_close(self._queue)
+            _shim.plb_queue_close(self._queue)
 
     def _close(self) -> None:
         """End of the run (in the processor thread, res_lock held): account, snapshot, free."""
@@ -813,8 +808,8 @@ class BackpressureConsumer(_Consumer):
             self._max_seen = max(self._max_seen, high_water)
             queue, reader, layout = self._queue, self._reader, self._layout
             self._queue = self._reader = self._layout = None
-        _libbpf.plb_reader_destroy(reader)
-        _libbpf.plb_queue_destroy(queue)
+        _shim.plb_reader_destroy(reader)
+        _shim.plb_queue_destroy(queue)
         if layout is not None:
             layout.close()
         if self._reader_error and self._failure is None:
@@ -827,7 +822,7 @@ class BackpressureConsumer(_Consumer):
     def _check_reader(self) -> None:
         """Raise the error that ended the native reader early (e.g. a corrupt ring)."""
         with self._cond:
-            _libbpf.plb_reader_stats(self._reader, self._rstats)
+            _shim.plb_reader_stats(self._reader, self._rstats)
             running, err = int(self._rstats.running), int(self._rstats.error)
         if not running and err:
             raise _libbpf.error(-err, f"plb_reader({self._map.name})")
@@ -839,7 +834,7 @@ class BackpressureConsumer(_Consumer):
             return
         buf = self._dropped_buf
         while True:
-            n = _libbpf.plb_queue_pop_dropped_batch(self._queue, buf.out, buf.cap, buf.starts, buf.lens,
+            n = _shim.plb_queue_pop_dropped_batch(self._queue, buf.out, buf.cap, buf.starts, buf.lens,
                                                     buf.max_records, buf.used, "plb_queue_pop_dropped_batch")
             if n != -lib.EMSGSIZE:
                 break
@@ -854,7 +849,7 @@ class BackpressureConsumer(_Consumer):
         """Pop up to batch_size records (GIL released while waiting): count, 0, or -EPIPE."""
         buf = self._popbuf
         while True:
-            n = _libbpf.plb_queue_pop_batch(self._queue, buf.out, buf.cap, buf.starts, buf.lens,
+            n = _shim.plb_queue_pop_batch(self._queue, buf.out, buf.cap, buf.starts, buf.lens,
                                             self._batch_size, timeout_ms, buf.used, "plb_queue_pop_batch")
             if n != -lib.EMSGSIZE:
                 return n

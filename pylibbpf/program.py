@@ -21,7 +21,7 @@ import socket
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
-from . import _check, _close, _libbpf, features
+from . import _check, _close, _libbpf, _shim, features
 from ._ffi import ffi, lib
 from .errors import BPFError, ClosedError
 
@@ -505,7 +505,7 @@ class Program:
                          label: str) -> int:
         what = f"perf_event_open({label}, cpu={cpu}, pid={pid})"
         try:
-            return _libbpf.plb_perf_event_open(etype, config, amount, freq, pid, cpu, what)
+            return _shim.plb_perf_event_open(etype, config, amount, freq, pid, cpu, what)
         except BPFError as e:
             if e.errno in (errno.ENOENT, errno.EOPNOTSUPP, errno.ENODEV):
                 if etype == lib.PERF_TYPE_HARDWARE and not features.hardware_pmu():

@@ -16,18 +16,17 @@ at a time (a RingBuffer, a layout, or a consumer), never two at once.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import time
-import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from itertools import islice
 from typing import Any
 
-from . import _check, _close, _libbpf
+from . import _check, _close, _libbpf, _shim
+from ._batch import Batch, BatchReader
+from ._close import Callback, Closable, Waiter
 from ._ffi import ffi, lib
-from ._reader import Batch, BatchReader, Callback, Closable, OneCaller, Waiter
-from .errors import BPFError
+from ._rings import SAFETY_NET_MS, RingBufLayout, busy_pause, require_map_type
 from .maps import Map
 
 CData = Any
@@ -37,18 +36,6 @@ DEFAULT_MAX_BATCH = 65536
 #: A drain stops once its batch holds this many bytes: bigger batches cost page faults
 #: on every copy (measured: 64 MiB batches made 1 KiB events ~4x slower).
 DEFAULT_BATCH_BYTES = 1 << 20
-
-
-def require_map_type(m: Map, wanted: int, who: str) -> None:
-    """TypeError naming both types unless ``m`` is a map of type ``wanted``."""
-    if not isinstance(m, Map):
-        raise TypeError(f"{who} needs a Map, not {type(m).__name__}")
-    actual = m.type
-    if actual != wanted:
-        raise TypeError(f"{who} needs a {_libbpf.libbpf_map_type_str(wanted)} map; "
-                        f"map {m.name!r} is {_libbpf.libbpf_map_type_str(actual)}")
-    if m.fd < 0:
-        raise BPFError(lib.EINVAL, f"map {m.name!r} is not created: call BPFObject.load() first", who)
 
 
 class RingBuffer(BatchReader):
@@ -72,7 +59,7 @@ class RingBuffer(BatchReader):
         require_map_type(map, lib.BPF_MAP_TYPE_RINGBUF, "RingBuffer")
         _check.callable_(callback, "callback")
         self._max_batch = _check.integer(max_batch, "max_batch", lo=1, hi=_check.INT32_MAX)
-        self._batch = _libbpf.plb_batch_new(256, 64 * 1024)
+        self._batch = _shim.plb_batch_new(256, 64 * 1024)
         self._batch.byte_limit = DEFAULT_BATCH_BYTES
         self._callbacks: list[Callback] = [callback]
         self._maps: list[Map] = [map]
@@ -98,7 +85,6 @@ class RingBuffer(BatchReader):
             self._ctxs.append(ctx)
             self._maps.append(map)
             self._callbacks.append(callback)
-
 
 
     def epoll_fd(self) -> int:
@@ -181,213 +167,6 @@ def _stops(ret: object, callback: Callback) -> bool:
 
 # --- the mmap layer ----------------------------------------------------------------------------
 
-#: Longest single epoll wait of the mmap layer's readers, in ms: a safety net for producers
-#: that submit with BPF_RB_NO_WAKEUP (they never wake anyone), as in the native reader.
-SAFETY_NET_MS = 100
-
-#: Longest pause after the ring reported data that was not readable yet (a record reserved but
-#: not committed keeps the map fd readable): the pause doubles from 0.5 ms up to this.
-_BUSY_PAUSE_MAX_S = 0.02
-
-
-def busy_pause(idle: int) -> float:
-    """Seconds to pause after ``idle`` consecutive wakeups that found nothing to read.
-
-    The kernel reports a ring buffer readable while any byte is pending, also
-    when the head record is still being written; waiting again at once would
-    spin until the producer commits it. Pausing (0.5 ms, doubling to 20 ms)
-    keeps a stalled producer from costing a CPU.
-    """
-    return float(min(0.0005 * (1 << min(idle, 16)), _BUSY_PAUSE_MAX_S))
-
-
-class RecordBuffer:
-    """Caller memory for the shim's batch calls (``plb_rb_read``, ``plb_queue_pop_batch``).
-
-    ``out`` receives the records' bytes, ``starts``/``lens`` where each one
-    is; ``grow()`` replaces the byte area when a record does not fit. One
-    user at a time (the owner's lock or thread).
-    """
-
-    def __init__(self, max_records: int, cap: int) -> None:
-        self.max_records = max_records
-        self.cap = cap
-        self.out = ffi.new("uint8_t[]", cap)
-        self.starts = ffi.new("uint32_t[]", max_records)
-        self.lens = ffi.new("uint32_t[]", max_records)
-        self.used = ffi.new("size_t *")
-
-    def grow(self, need: int) -> None:
-        """Make room for at least ``need`` bytes (the size the shim reported with -EMSGSIZE)."""
-        cap = self.cap
-        while cap < need:
-            cap *= 2
-        if cap != self.cap:
-            self.out = ffi.new("uint8_t[]", cap)
-            self.cap = cap
-
-    def reserve(self, max_records: int, cap: int) -> None:
-        """Make room for ``max_records`` records and ``cap`` bytes in one call."""
-        if max_records > self.max_records:
-            self.starts = ffi.new("uint32_t[]", max_records)
-            self.lens = ffi.new("uint32_t[]", max_records)
-            self.max_records = max_records
-        self.grow(cap)
-
-    def take(self, n: int) -> list[bytes]:
-        """The ``n`` records the last call produced, as ``bytes`` copies (the memory is reused)."""
-        if n <= 0:
-            return []
-        blob = ffi.buffer(self.out, self.used[0])[:]
-        starts: list[int] = ffi.unpack(self.starts, n)
-        lens: list[int] = ffi.unpack(self.lens, n)
-        return [blob[s:s + ln] for s, ln in zip(starts, lens, strict=True)]
-
-
-def read_view(view: CData, records: RecordBuffer, max_records: int, consume: bool, what: str) -> list[bytes]:
-    """Up to ``max_records`` committed records of the ring ``view`` (a ``struct plb_rb_view *``).
-
-    One ``plb_rb_read`` into ``records`` (grown and retried when the head
-    record alone does not fit), returned as ``bytes`` copies; ``consume``
-    publishes the new consumer position. The caller keeps the view's memory
-    mapped and is the ring's only reader meanwhile.
-    """
-    if max_records > records.max_records:
-        records.reserve(max_records, 0)
-    while True:
-        n = _libbpf.plb_rb_read(view, records.out, records.cap, records.starts, records.lens, max_records,
-                                consume, records.used, what)
-        if n != -lib.EMSGSIZE:
-            return records.take(n)
-        records.grow(int(records.used[0]))  # the head record alone is larger than the buffer
-
-
-_ring_turns: weakref.WeakKeyDictionary[Map, OneCaller] = weakref.WeakKeyDictionary()
-
-
-def _ring_turn(map: Map) -> OneCaller:
-    """The turn every reader of the mmap layer takes on ``map``'s ring (one per Map object)."""
-    turn = _ring_turns.get(map)
-    if turn is None:
-        turn = _ring_turns.setdefault(map, OneCaller(f"ring buffer {map.name!r} (mmap layer)"))
-    return turn
-
-
-class RingBufLayout(Closable):
-    """A BPF ring buffer map mapped into this process; made by :func:`map_ringbuf`.
-
-    The consumer page is mapped read-write (only it: the kernel refuses a
-    writable mapping of anything else), the producer page and the data area
-    read-only, the data area twice back to back so that no record wraps.
-    ``consumer_pos``, ``producer_pos`` (byte positions that only grow),
-    ``data_size`` and ``available()`` (bytes pending, headers included) read
-    the live pages.
-
-    ``close()`` (= :func:`unmap_ringbuf`) unmaps; it is idempotent, waits for
-    a read in another thread to finish, and every later use raises
-    ClosedError. The mapping does not depend on the map's fd: it stays valid
-    until closed even if the BPF object is closed first. A layout moves the
-    ring's consumer position: do not read the same ring through a
-    :class:`RingBuffer` or a consumer at the same time. The mmap layer's
-    functions, from any number of threads and layouts of the same Map, take
-    turns on the ring: each record is read once.
-    """
-
-    _what = "RingBufLayout"
-
-    def __init__(self, map: Map) -> None:
-        super().__init__()
-        require_map_type(map, lib.BPF_MAP_TYPE_RINGBUF, "map_ringbuf")
-        self.map = map
-        self._data_size = map.max_entries
-        self._mapping = ffi.new("struct plb_rb_mapping *")
-        _libbpf.plb_rb_map(map.fd, self._data_size, self._mapping, f"plb_rb_map({map.name})")
-        # Safety net only: close() is the contract and runs it (a finalizer runs once).
-        self._finalizer = _close.finalizer(self, _libbpf.plb_rb_unmap, self._mapping)
-        self._ring_turn = _ring_turn(map)
-        self._view = ffi.addressof(self._mapping[0], "view")
-        self._records = RecordBuffer(1024, min(self._data_size, 256 * 1024))
-
-    @property
-    def consumer_pos(self) -> int:
-        """The consumer position: every byte below it has been read."""
-        self._check_open()
-        with self._lock:
-            self._check_open()
-            return _libbpf.plb_rb_consumer_pos(self._view)
-
-    @property
-    def producer_pos(self) -> int:
-        """The producer position: every byte below it is reserved (committed or not)."""
-        self._check_open()
-        with self._lock:
-            self._check_open()
-            return _libbpf.rb_producer_pos(self._view)
-
-    @property
-    def data_size(self) -> int:
-        """The size of the data area in bytes (the map's max_entries, a power of two)."""
-        self._check_open()
-        return self._data_size
-
-    def available(self) -> int:
-        """Bytes between the consumer and the producer position (record headers and padding
-        included, discarded and not yet committed records too): 0 when nothing is pending."""
-        self._check_open()
-        with self._lock:
-            self._check_open()
-            return _libbpf.plb_rb_available(self._view)
-
-    def view(self) -> CData:
-        """The ``struct plb_rb_view *`` over the mapping, for the C shim; valid until close()."""
-        self._check_open()
-        return self._view
-
-    @contextlib.contextmanager
-    def _turn(self) -> Iterator[None]:
-        """The ring's turn among the mmap layer's readers, then this layout's lock."""
-        self._check_open()
-        self._ring_turn.enter(-1)
-        try:
-            with self._lock:
-                self._check_open()
-                yield
-        finally:
-            self._ring_turn.leave()
-
-    def _read_once(self, max_records: int, consume: bool) -> list[bytes]:
-        """One ``plb_rb_read`` of up to ``max_records`` committed records (lock held)."""
-        self._check_open()  # closed (at exit too) under a reader that took the lock after close
-        return read_view(self._view, self._records, max_records, consume, f"plb_rb_read({self.map.name})")
-
-    def _read(self, max_records: int | None, consume: bool) -> list[bytes]:
-        """Committed records from the consumer position on (lock held), up to ``max_records``.
-
-        Consuming reads go in chunks until the ring is empty or the head is
-        busy. A peek cannot chunk (the position does not move), so its memory
-        is sized for everything pending first.
-        """
-        rec = self._records
-        if not consume:
-            pending = _libbpf.plb_rb_available(self._view)
-            want = pending // 8 if max_records is None else min(max_records, pending // 8)
-            if want <= 0:
-                return []
-            rec.reserve(want, min(pending, self._data_size))
-            return self._read_once(want, consume=False)
-        events: list[bytes] = []
-        while max_records is None or len(events) < max_records:
-            want = rec.max_records if max_records is None else min(max_records - len(events), rec.max_records)
-            chunk = self._read_once(want, consume=True)
-            if not chunk:
-                break
-            events.extend(chunk)
-        return events
-
-    def _release(self) -> None:
-        self._finalizer()
-
-
 def map_ringbuf(map: Map) -> RingBufLayout:
     """Map a ``BPF_MAP_TYPE_RINGBUF`` map into this process (``mmap`` of the map's fd).
 
@@ -416,8 +195,8 @@ def read_ringbuf_events(layout: RingBufLayout, max_events: int | None = None) ->
         raise TypeError(f"layout must be a RingBufLayout (from map_ringbuf), got {type(layout).__name__}")
     if max_events == 0:
         return []
-    with layout._turn():
-        return layout._read(max_events, consume=True)
+    with layout.turn():
+        return layout.read(max_events, consume=True)
 
 
 def peek_ringbuf_events(map: Map | RingBufLayout, max_events: int | None = 10,
@@ -437,8 +216,8 @@ def peek_ringbuf_events(map: Map | RingBufLayout, max_events: int | None = 10,
     else:
         layout, owned = RingBufLayout(map), True
     try:
-        with layout._turn():
-            records = [] if max_events == 0 else layout._read(max_events, consume=False)
+        with layout.turn():
+            records = [] if max_events == 0 else layout.read(max_events, consume=False)
     finally:
         if owned:
             layout.close()
@@ -477,8 +256,8 @@ def process_events(map: Map, callback: Callback, max_events: int | None = None, 
             idle = 0
             while max_events is None or done < max_events:
                 want = 256 if max_events is None else min(256, max_events - done)
-                with layout._turn():  # held while delivering: another reader would read these again
-                    records = layout._read_once(want, consume=False)
+                with layout.turn():  # held while delivering: another reader would read these again
+                    records = layout.read_once(want, consume=False)
                     if records:
                         done += _deliver_then_consume(layout, records, callback, deserializer)
                 if records:
@@ -508,7 +287,7 @@ def _deliver_then_consume(layout: RingBufLayout, records: list[bytes], callback:
             callback(deserializer(raw) if deserializer is not None else raw)
     finally:
         # The same records, from the same position: we hold the ring's turn (and its lock).
-        layout._read_once(delivered, consume=True)
+        layout.read_once(delivered, consume=True)
     return delivered
 
 

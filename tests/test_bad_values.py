@@ -31,6 +31,7 @@ from pylibbpf import (
     OrderedReader,
     PerfBuffer,
     PerfReader,
+    Record,
     RingBufConsumer,
     RingBuffer,
     SamplingConsumer,
@@ -43,7 +44,6 @@ from pylibbpf import (
     read_ringbuf_events,
 )
 from pylibbpf.asm import call, exit_, ja, ld_imm64, ld_map_fd, load_program, mov, st
-from pylibbpf.perfbuf import Record
 
 pytestmark = pytest.mark.usefixtures("bpf_privileged")
 

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pylibbpf import ffi, lib
-from pylibbpf._libbpf import plb_batch_new
-from pylibbpf._reader import Batch
+from pylibbpf._batch import Batch
+from pylibbpf._shim import plb_batch_new
 from pylibbpf.events import defevent
 
 records = st.lists(st.binary(min_size=0, max_size=300), max_size=60)

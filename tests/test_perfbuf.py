@@ -12,7 +12,7 @@ import pytest
 from progs import PERF_SAMPLE, counter, emit_perf
 
 from pylibbpf import BPFObject, ClosedError, PerfBuffer, lib
-from pylibbpf.perfbuf import online_cpus
+from pylibbpf.features import online_cpus
 
 pytestmark = pytest.mark.usefixtures("bpf_privileged")
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pylibbpf import ffi, lib
-from pylibbpf.ringbuf import RecordBuffer, read_view
+from pylibbpf._rings import RecordBuffer, read_view
 
 U64 = 1 << 64
 

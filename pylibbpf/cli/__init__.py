@@ -44,13 +44,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from .._batch import OrderedBatch
 from ..btf import printable_name
 from ..consumers import BackpressureConsumer, BackpressureStats, SamplingConsumer
 from ..errors import BPFError
 from ..events import EventDef, EventRecord
 from ..maps import Map
 from ..object import BPFObject
-from ..perfbuf import OrderedBatch, OrderedReader, OrderedStats
+from ..ordered import OrderedReader, OrderedStats
 from ..program import Link
 from ..ringbuf import RingBuffer
 from ._common import (

@@ -1,10 +1,11 @@
-"""Machinery shared by the readers: the interruptible wait and batch delivery.
+"""Batches and records: what the readers hand out, and the batch-reading protocol.
 
 A reader drains records in C into a ``plb_batch`` under its operation lock,
 copies the batch out in one piece (:class:`Batch`), and delivers it to Python
-callbacks outside the lock. ``close()`` from any thread wakes a blocked wait
-through the waiter's eventfd, then takes the lock, so libbpf objects are never
-freed under a reader.
+callbacks outside the lock (:class:`BatchReader`, the protocol RingBuffer and
+PerfBuffer share). :class:`OrderedBatch` is a batch of the ordered merge;
+:class:`Record` is one record of PerfReader or OrderedReader, the pull readers
+(:class:`RecordReader`). ``Batch.to_numpy`` parses a whole batch at once.
 """
 
 from __future__ import annotations
@@ -14,13 +15,12 @@ import array
 import asyncio
 import functools
 import os
-import threading
-import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import _check, _close, _libbpf
-from ._close import current_pid
+from . import _check
+from ._close import Closable, OneCaller, one_caller
 from ._ffi import ffi, lib
 from .errors import ClosedError
 
@@ -53,10 +53,10 @@ class Batch:
         self.blob = bytes(ffi.buffer(batch.buf, batch.used)) if batch.used else b""
         self.view = memoryview(self.blob)
         # One memcpy per array (array.array), not one Python int per record (ffi.unpack).
-        self.starts = _u32_array(batch.start, n)
-        self.lens = _u32_array(batch.len, n)
-        self.tags = _u32_array(batch.tag, n).tolist() if with_tags else [0] * n
-        self.lost = _u64_array(batch.lost, n) if with_tags else _ZEROS_U64 * n
+        self.starts = u32_array(batch.start, n)
+        self.lens = u32_array(batch.len, n)
+        self.tags = u32_array(batch.tag, n).tolist() if with_tags else [0] * n
+        self.lost = u64_array(batch.lost, n) if with_tags else ZEROS_U64 * n
         self.next = 0  # index of the first record not delivered yet (callback paths)
 
     @classmethod
@@ -139,7 +139,7 @@ class Batch:
         return rows.copy().view(dtype).reshape(n)
 
 
-_ZEROS_U64 = array.array("Q", [0])
+ZEROS_U64 = array.array("Q", [0])
 
 
 def any_nonzero(values: Sequence[int]) -> bool:
@@ -150,13 +150,13 @@ def any_nonzero(values: Sequence[int]) -> bool:
     return any(values)
 
 
-def _u32_array(ptr: CData, n: int) -> array.array[int]:
+def u32_array(ptr: CData, n: int) -> array.array[int]:
     out = array.array("I")
     out.frombytes(ffi.buffer(ptr, 4 * n))
     return out
 
 
-def _u64_array(ptr: CData, n: int) -> array.array[int]:
+def u64_array(ptr: CData, n: int) -> array.array[int]:
     out = array.array("Q")
     out.frombytes(ffi.buffer(ptr, 8 * n))
     return out
@@ -176,91 +176,123 @@ def _numpy_dtype(event_def: Any) -> Any:
     return event_def.numpy_dtype()
 
 
+@dataclass(slots=True)
+class Record:
+    """One record of a :class:`PerfReader` or :class:`OrderedReader`: a sample or a lost-samples notice.
 
+    ``cpu``: the CPU whose ring held it (an OrderedReader over ring buffers:
+    the index of the ring buffer in the list it was given).
+    ``raw_sample``: the sample's bytes, a copy that stays valid for as long as
+    it is referenced. A perf sample is as the kernel stored it: padded with up
+    to 7 bytes so that its size plus 4 is a multiple of 8. Empty for a
+    lost-samples notice.
+    ``lost_samples``: 0 for a sample; otherwise the kernel found the ring full
+    and dropped this many samples (``PERF_RECORD_LOST``) -- ``raw_sample`` is empty.
+    ``timestamp``: OrderedReader samples: the merge key in nanoseconds (the
+    kernel's sample time, or the u64 read from the sample). 0 for PerfReader
+    records and for lost-samples notices, which are outside the order.
+    ``late``: OrderedReader: the timestamp is below one delivered earlier.
 
-class Waiter:
-    """An epoll set over some fds plus an eventfd that ``wake()`` signals from any thread."""
-
-    def __init__(self, fds: list[int], what: str) -> None:
-        self._w = ffi.new("struct plb_waiter *")
-        self._w.epfd = self._w.evfd = -1
-        _libbpf.plb_waiter_init(self._w, -1, what)
-        self._finalizer = _close.finalizer(self, lib.plb_waiter_close, self._w)
-        try:
-            for fd in fds:
-                _libbpf.plb_waiter_add(self._w, fd, what)
-        except BaseException:
-            self.close()
-            raise
-
-    def add_writable(self, fd: int, what: str) -> None:
-        """Also wake when ``fd`` gains room to write (edge-triggered EPOLLOUT: each new room wakes once)."""
-        _libbpf.plb_waiter_add_writable(self._w, fd, what)
-
-    @property
-    def fd(self) -> int:
-        """The epoll fd: readable when a watched fd is, or once woken (for asyncio)."""
-        return int(self._w.epfd)
-
-    def wait(self, timeout_ms: int, what: str) -> bool:
-        """Block (GIL released) until ready (True) or timeout (False); ClosedError once woken.
-
-        A signal interrupts the wait and lets Python run its handler (Ctrl-C
-        raises KeyboardInterrupt here); otherwise the wait resumes for the time left.
-        """
-        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
-        while True:
-            ret = int(lib.plb_waiter_wait(self._w, _check.remaining_ms(deadline)))
-            if ret >= 0:
-                return ret > 0
-            if ret == -lib.ECANCELED:
-                raise ClosedError(what)
-            if ret != -lib.EINTR:
-                raise _libbpf.error(-ret, f"{what}: epoll_wait")
-
-    def wake(self) -> None:
-        lib.plb_waiter_wake(self._w)
-
-    def close(self) -> None:
-        self._finalizer()
-
-
-class Closable(abc.ABC):
-    """The close protocol: an idempotent ``close()``, a context manager, ClosedError after.
-
-    Subclasses implement ``_release()`` (free C resources; called once, under
-    the operation lock, after any blocked reader has been woken and left).
-
-    Every reader is closed at interpreter exit if still open (see
-    :mod:`pylibbpf._close`), so a daemon thread still reading then gets
-    ClosedError instead of reading freed memory. In a forked child every
-    method raises ClosedError before touching a lock or shared memory.
+    ``Record()`` (all defaults) is the empty record to pass to ``read_into``.
     """
 
-    _what = "object"
-    _exit_order = 1  # closed at exit after the consumers, which read through readers
+    cpu: int = 0
+    raw_sample: bytes | bytearray = b""
+    lost_samples: int = 0
+    timestamp: int = 0
+    late: bool = False
+
+
+class OrderedBatch(Batch):
+    """An :class:`~pylibbpf.Batch` from the ordered merge, in merged order.
+
+    Beside ``len(batch)``, ``batch[i]``, iteration, ``tags`` (the CPU, or the
+    ring buffer's index) and ``to_numpy()``: ``timestamps[i]`` is record
+    ``i``'s merge key (ns; ``timestamps`` is an ``array.array('Q')``: a
+    sequence of ints without a Python object per record) and ``late[i]`` is
+    True when it is below a timestamp delivered earlier. ``lost_notices`` lists the lost-samples notices the
+    merge met while producing this batch, as ``(cpu, count)`` pairs (they are
+    not records of the batch; ``lost`` is all zeros). The records are copies
+    in one ``bytes`` object, valid for as long as the batch or a view of it
+    is referenced.
+    """
+
+    __slots__ = ("late", "lost_notices", "timestamps")
+
+    timestamps: Sequence[int]
+    late: list[bool]
+    lost_notices: list[tuple[int, int]]
+
+    @classmethod
+    def empty(cls) -> OrderedBatch:
+        batch = super().empty()
+        batch.timestamps, batch.late, batch.lost_notices = array.array("Q"), [], []
+        return batch
+
+    @classmethod
+    def from_merge(cls, out: CData, n: int, tag_of: list[int] | None) -> OrderedBatch:
+        """The first ``n`` entries of a ``plb_merge_out``, copied: one bytes object and a few arrays.
+
+        No Python object per record unless a record is flagged: the arrays are
+        memcpy'd, and the flags are tested as bytes.
+        """
+        batch = cls.__new__(cls)
+        used = int(out.used)
+        batch.blob = bytes(ffi.buffer(out.buf, used)) if used else b""
+        batch.view = memoryview(batch.blob)
+        batch.starts = u32_array(out.start, n)
+        batch.lens = u32_array(out.len, n)
+        rings = u32_array(out.ring, n)
+        batch.tags = rings.tolist() if tag_of is None else [tag_of[r] for r in rings]  # small ints: no allocation
+        ts = u64_array(out.ts, n)
+        flags = u32_array(out.flags, n)
+        if any_nonzero(flags):
+            late_bit, lost_bit = lib.PLB_MERGE_F_LATE, lib.PLB_MERGE_F_LOST
+            batch.late = [bool(f & late_bit) for f in flags]
+            # A lost-samples entry carries its count where a sample has its timestamp.
+            batch.lost = [t if f & lost_bit else 0 for f, t in zip(flags, ts)]
+            batch.timestamps = array.array("Q", [0 if f & lost_bit else t for f, t in zip(flags, ts)])
+        else:
+            batch.late = [False] * n
+            batch.lost = ZEROS_U64 * n
+            batch.timestamps = ts
+        batch.lost_notices = []
+        batch.next = 0
+        return batch
+
+    def rest(self) -> OrderedBatch:
+        if self.next:
+            k = self.next
+            self.timestamps, self.late = self.timestamps[k:], self.late[k:]
+        super().rest()
+        return self
+
+    def take_lost(self) -> list[tuple[int, int]]:
+        if not any_nonzero(self.lost):
+            return []
+        self.rest()
+        keep = [i for i, n in enumerate(self.lost) if not n]
+        self.timestamps = array.array("Q", [self.timestamps[i] for i in keep])
+        self.late = [self.late[i] for i in keep]
+        return super().take_lost()
+
+
+class BatchReader(Closable):
+    """poll/consume/read_batch over a C drain: the protocol RingBuffer and PerfBuffer share.
+
+    Subclasses implement ``_drain()`` (copy what the kernel rings hold into
+    ``self._pending``; lock held) and ``_deliver()`` (call the callbacks for
+    ``self._pending``; no lock held, so a callback may close the reader).
+    Records a callback stop left undelivered are delivered first by the next
+    call, without waiting. ``poll``/``consume``/``read_batch`` from several
+    threads take turns (:class:`OneCaller`): every record reaches one of them, once.
+    """
+
+    _pending: Batch | None = None
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._closed = False
-        self._owner_pid = current_pid()
-        self._waiter: Waiter | None = None
-        self._close_hooks: list[Callable[[], None]] = []  # wake async iterations on close
-        _close.track(self)
-
-    def _check_owner(self) -> None:
-        """ClosedError in a forked child: the object belongs to the parent."""
-        if self._owner_pid != current_pid():
-            raise ClosedError(f"{self._what} inherited through fork()")
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClosedError(self._what)
-        self._check_owner()
-
-    def read_batch(self, timeout_ms: int = -1) -> Batch:
-        """Wait up to ``timeout_ms`` and return what one C drain produced (subclasses)."""
-        raise TypeError(f"{type(self).__name__} has no batch reads")
+        super().__init__()
+        self._calls = OneCaller(self._what)
 
     async def _batches(self) -> AsyncIterator[Batch]:
         """Non-empty batches as they arrive, for ``async for``; ends quietly when closed.
@@ -300,150 +332,6 @@ class Closable(abc.ABC):
             if not loop.is_closed():
                 loop.remove_reader(fd)
             os.close(fd)
-
-    def _wait(self, timeout_ms: int) -> bool:
-        """Wait on the reader's fds (lock held): True when ready, False on timeout.
-
-        Callers skip the wait for timeout 0 and drain directly: a perf event fd
-        reports each wakeup to one poll only, and an asyncio selector polling the
-        same epoll fd may already have taken it.
-        """
-        if self._waiter is None:
-            raise ClosedError(self._what)
-        return self._waiter.wait(timeout_ms, self._what)
-
-    def close(self) -> None:
-        """Release everything; wakes a reader blocked in another thread (it raises ClosedError).
-
-        Idempotent; every later call on the object raises ClosedError.
-
-        In a forked child, closing an object the parent made only marks it
-        closed: its rings, map entries and wake-up eventfd are shared with the
-        parent, which still reads them, and a parent thread may have held its
-        lock at the fork. The child's copies of the fds (all close-on-exec) and
-        mappings go when the child exits or execs.
-        """
-        self._close_within(None)
-
-    def _at_exit(self, timeout: float) -> None:
-        """Interpreter exit: close, waiting at most ``timeout`` s for a reader to leave."""
-        self._close_within(timeout)
-
-    def _close_within(self, timeout: float | None) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._owner_pid != current_pid():
-            return
-        if self._waiter is not None:
-            self._waiter.wake()
-        for hook in list(self._close_hooks):
-            hook()
-        # Every C call on the object's memory runs under the lock after a closed
-        # check: once we hold it, no thread is inside, nor will be.
-        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
-            return  # exit only: a thread would not leave; free nothing under it
-        try:
-            self._release()
-            if self._waiter is not None:
-                self._waiter.close()
-        finally:
-            self._lock.release()
-
-    @abc.abstractmethod
-    def _release(self) -> None:
-        """Free the C resources (once, under the lock, no reader inside)."""
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def __enter__(self) -> Any:
-        self._check_open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-Callback = Callable[..., Any]
-
-
-class OneCaller:
-    """One call at a time on a reader, from drain to the last record delivered.
-
-    Two threads polling one reader would otherwise deliver the same drained
-    records twice. A second thread waits (up to its own timeout); the thread
-    already inside (a callback calling back into its reader) gets a
-    RuntimeError naming the reader instead of a deadlock.
-    """
-
-    def __init__(self, what: str) -> None:
-        self._what = what
-        self._lock = threading.Lock()
-        self._owner: int | None = None
-
-    def enter(self, timeout_ms: int) -> bool:
-        """Take the turn: False when ``timeout_ms`` (-1: no limit, 0: do not wait) passed first."""
-        me = threading.get_ident()
-        if self._owner == me:
-            raise RuntimeError(f"{self._what}: called from its own callback; one call at a time")
-        if timeout_ms == 0:
-            taken = self._lock.acquire(False)
-        else:
-            taken = self._lock.acquire(timeout=-1 if timeout_ms < 0 else timeout_ms / 1000)
-        if taken:
-            self._owner = me
-        return taken
-
-    def leave(self) -> None:
-        self._owner = None
-        self._lock.release()
-
-
-ResultT = TypeVar("ResultT")
-
-
-def one_caller(empty: Callable[[], Any]) -> Callable[[Callable[..., ResultT]], Callable[..., ResultT]]:
-    """Decorate ``method(self, timeout_ms)``: it runs under ``self._calls`` (a :class:`OneCaller`).
-
-    The time spent waiting for the turn counts against ``timeout_ms``; when it
-    runs out first, the call returns ``empty()``.
-    """
-    def wrap(method: Callable[..., ResultT]) -> Callable[..., ResultT]:
-        @functools.wraps(method)
-        def call(self: Any, timeout_ms: int = -1) -> ResultT:
-            timeout_ms = _check.timeout_ms(timeout_ms)
-            self._check_open()  # in a forked child: ClosedError before the lock
-            start = time.monotonic()
-            if not self._calls.enter(timeout_ms):
-                return empty()  # type: ignore[no-any-return]
-            try:
-                if timeout_ms > 0:
-                    timeout_ms = max(0, timeout_ms - int((time.monotonic() - start) * 1000))
-                return method(self, timeout_ms)
-            finally:
-                self._calls.leave()
-        return call
-    return wrap
-
-
-class BatchReader(Closable):
-    """poll/consume/read_batch over a C drain: the protocol RingBuffer and PerfBuffer share.
-
-    Subclasses implement ``_drain()`` (copy what the kernel rings hold into
-    ``self._pending``; lock held) and ``_deliver()`` (call the callbacks for
-    ``self._pending``; no lock held, so a callback may close the reader).
-    Records a callback stop left undelivered are delivered first by the next
-    call, without waiting. ``poll``/``consume``/``read_batch`` from several
-    threads take turns (:class:`OneCaller`): every record reaches one of them, once.
-    """
-
-    _pending: Batch | None = None
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._calls = OneCaller(self._what)
 
     def _fill(self, timeout_ms: int) -> bool:
         """Drain into ``_pending`` unless records are already pending; False on timeout."""
@@ -513,3 +401,19 @@ class BatchReader(Closable):
     def _deliver(self) -> int:
         """Call the callbacks for ``self._pending``; returns how many records were handled."""
 
+
+class RecordReader(Closable):
+    """What PerfReader and OrderedReader share: ``read()`` and iteration until closed."""
+
+    @abc.abstractmethod
+    def read(self, timeout: float | None = None) -> Record:
+        """The next record; TimeoutError when ``timeout`` runs out, ClosedError once closed."""
+
+    def __iter__(self) -> Iterator[Record]:
+        """``for rec in reader``: :meth:`read` without a timeout until the reader is closed."""
+        while True:
+            try:
+                rec = self.read()
+            except ClosedError:
+                return
+            yield rec

@@ -1,0 +1,252 @@
+"""The checked shim layer: the ``plb_*`` calls of ``csrc/`` under their C names.
+
+As :mod:`pylibbpf._libbpf` does for libbpf: every return is checked here, in
+one place, and turned into a :class:`~pylibbpf.errors.BPFError` (errno plus
+libbpf's message); the negative codes a caller must act on are returned
+instead, as each function says. The classes call these functions, never
+``lib`` directly.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any
+
+from ._ffi import ffi, lib
+from ._libbpf import check, check_ptr, error
+
+CData = Any  # a cffi pointer; cffi has no static types
+
+
+def plb_libbpf_release() -> str:
+    """The version of the libbpf linked into the compiled module."""
+    return str(ffi.string(lib.plb_libbpf_release()).decode())
+
+
+# --- batches (csrc/plb_batch.h): what the readers drain into ----------------------------------
+
+def plb_batch_new(ncap: int, cap: int) -> CData:
+    """A batch freed automatically when the returned pointer is garbage collected."""
+    batch = check_ptr(lib.plb_batch_new(ncap, cap), "plb_batch_new")
+    return ffi.gc(batch, lib.plb_batch_free)
+
+
+def plb_batch_reset(batch: CData) -> None:
+    lib.plb_batch_reset(batch)
+
+
+# --- the interruptible wait (csrc/plb_wait.h; the edge-triggered add and the fence: plb_perfattr.h) ---
+
+def plb_waiter_init(waiter: CData, fd: int, what: str) -> None:
+    check(lib.plb_waiter_init(waiter, fd), what)
+
+
+def plb_waiter_add(waiter: CData, fd: int, what: str) -> None:
+    check(lib.plb_waiter_add(waiter, fd), what)
+
+
+def plb_waiter_add_writable(waiter: CData, fd: int, what: str) -> None:
+    check(lib.plb_waiter_add_writable(waiter, fd), what)
+
+
+def plb_waiter_wait(waiter: CData, timeout_ms: int) -> int:
+    """1 when ready, 0 on timeout, or a negative errno the caller acts on (-ECANCELED: woken
+    for close; -EINTR: a signal). Releases the GIL while it blocks."""
+    return int(lib.plb_waiter_wait(waiter, timeout_ms))
+
+
+def plb_waiter_wake(waiter: CData) -> None:
+    """Wake every wait on ``waiter`` (any thread); the waits return -ECANCELED from now on."""
+    lib.plb_waiter_wake(waiter)
+
+
+def plb_waiter_close(waiter: CData) -> None:
+    lib.plb_waiter_close(waiter)
+
+
+def plb_epoll_add_edge(epfd: int, fd: int, what: str) -> None:
+    check(lib.plb_epoll_add_edge(epfd, fd), what)
+
+
+def plb_full_fence() -> None:
+    lib.plb_full_fence()
+
+
+def plb_fill_hole(addr: int, length: int) -> None:
+    """Map zeroed memory over ``[addr, addr + length)`` (a forked child's perf rings)."""
+    lib.plb_fill_hole(ffi.cast("void *", addr), length)
+
+
+# --- perf events (csrc/plb_perfattr.h) --------------------------------------------------------
+
+#: The perf_buffer event callbacks (C function pointers) given to ``perf_buffer__new_raw``:
+#: copy each record into a ``plb_batch`` (the ctx), or leave the rings to the merge.
+PERF_EVENT_COLLECT: CData = lib.plb_perf_event_collect
+PERF_EVENT_IGNORE: CData = lib.plb_perf_event_ignore
+
+
+def plb_perf_attr_new(sample_type: int, wakeup_events: int, watermark_bytes: int, clockid: int) -> CData:
+    """A BPF output perf_event_attr, freed when the returned pointer is garbage collected."""
+    attr = check_ptr(lib.plb_perf_attr_new(sample_type, wakeup_events, watermark_bytes, clockid),
+                     "plb_perf_attr_new")
+    return ffi.gc(attr, lib.plb_perf_attr_free)
+
+
+def plb_perf_event_open(type_: int, config: int, period_or_freq: int, freq: bool, pid: int, cpu: int,
+                        what: str) -> int:
+    return check(lib.plb_perf_event_open(type_, config, period_or_freq, 1 if freq else 0, pid, cpu), what)
+
+
+# --- the ordered merge (csrc/plb_merge.h) -----------------------------------------------------
+
+def plb_merge_source_perf(src: CData, base: CData, size: int, what: str) -> None:
+    check(lib.plb_merge_source_perf(src, base, size), what)
+
+
+def plb_merge_new(cfg: CData, srcs: CData, n: int, what: str) -> CData:
+    return check_ptr(lib.plb_merge_new(cfg, srcs, n), what)
+
+
+def plb_merge_free(m: CData) -> None:
+    lib.plb_merge_free(m)
+
+
+def plb_merge_drain(m: CData, out: CData, max_records: int, flags: int, what: str) -> int:
+    """Entries written (>= 0), or -ENOSPC when the first payload needs more room (out.need)."""
+    ret = int(lib.plb_merge_drain(m, out, max_records, flags))
+    if ret < 0 and ret != -errno.ENOSPC:
+        raise error(-ret, what)
+    return ret
+
+
+def plb_merge_poll_timeout_ms(m: CData) -> int:
+    return int(lib.plb_merge_poll_timeout_ms(m))
+
+
+def plb_merge_stats(m: CData, st: CData, backlog: CData, n: int) -> None:
+    lib.plb_merge_stats(m, st, backlog, n)
+
+
+# --- ring buffer mmap and walker (csrc/plb_ringbuf.h) -----------------------------------------
+
+def plb_rb_map(map_fd: int, data_size: int, mapping: CData, what: str) -> None:
+    check(lib.plb_rb_map(map_fd, data_size, mapping), what)
+
+
+def plb_rb_unmap(mapping: CData) -> None:
+    lib.plb_rb_unmap(mapping)
+
+
+def plb_rb_consumer_pos(view: CData) -> int:
+    return int(lib.plb_rb_consumer_pos(view))
+
+
+def plb_rb_available(view: CData) -> int:
+    return int(lib.plb_rb_available(view))
+
+
+def plb_rb_commit(view: CData, pos: int) -> None:
+    lib.plb_rb_commit(view, pos)
+
+
+def rb_producer_pos(view: CData) -> int:
+    """The producer position (page 1 of the mapping).
+
+    Not a shim call: one aligned 8-byte load through the view. It is a
+    statistic only (what may be read is decided by plb_rb_read, which
+    acquire-loads it), so no ordering is needed here.
+    """
+    return int(view.producer_pos[0])
+
+
+def plb_rb_read(view: CData, out: CData, out_cap: int, starts: CData, lens: CData, max_records: int,
+                consume: bool, out_used: CData, what: str) -> int:
+    """Records copied (>= 0), or -EMSGSIZE: the head record alone needs ``out_used[0]`` bytes.
+
+    BPFError(EBADMSG) for a corrupt head, BPFError(EINVAL) for bad arguments.
+    """
+    ret = int(lib.plb_rb_read(view, out, out_cap, starts, lens, max_records, 1 if consume else 0, out_used))
+    if ret == -lib.EMSGSIZE:
+        return ret
+    return check(ret, what)
+
+
+# --- bounded queue (csrc/plb_queue.h) ---------------------------------------------------------
+
+def plb_queue_create(max_pending: int, byte_cap: int, drop_cap: int, drop_byte_cap: int, what: str) -> CData:
+    """A queue; free it with plb_queue_destroy once no thread uses it (not garbage collected)."""
+    return check_ptr(lib.plb_queue_create(max_pending, byte_cap, drop_cap, drop_byte_cap), what)
+
+
+def plb_queue_destroy(q: CData) -> None:
+    """Free the queue; a consumer still inside it makes the C side refuse (-EBUSY) and leak it instead."""
+    lib.plb_queue_destroy(q)
+
+
+def plb_queue_push(q: CData, data: bytes) -> bool:
+    """True when queued, False when dropped (full, too big, or closed)."""
+    return bool(lib.plb_queue_push(q, data, len(data)))
+
+
+def plb_queue_pop_batch(q: CData, out: CData, out_cap: int, starts: CData, lens: CData, max_records: int,
+                        timeout_ms: int, out_used: CData, what: str) -> int:
+    """Records popped (> 0), 0 on timeout, -EPIPE once closed and empty, or -EMSGSIZE
+    (the head record alone needs ``out_used[0]`` bytes). BPFError(EINVAL) otherwise."""
+    ret = int(lib.plb_queue_pop_batch(q, out, out_cap, starts, lens, max_records, timeout_ms, out_used))
+    if ret in (-lib.EPIPE, -lib.EMSGSIZE):
+        return ret
+    return check(ret, what)
+
+
+def plb_queue_pop_dropped_batch(q: CData, out: CData, out_cap: int, starts: CData, lens: CData,
+                                max_records: int, out_used: CData, what: str) -> int:
+    """Dropped records popped (>= 0, never waits), or -EMSGSIZE as for plb_queue_pop_batch."""
+    ret = int(lib.plb_queue_pop_dropped_batch(q, out, out_cap, starts, lens, max_records, out_used))
+    if ret == -lib.EMSGSIZE:
+        return ret
+    return check(ret, what)
+
+
+def plb_queue_close(q: CData) -> None:
+    lib.plb_queue_close(q)
+
+
+def plb_queue_stats(q: CData, out: CData) -> None:
+    lib.plb_queue_stats(q, out)
+
+
+# --- native reader thread (csrc/plb_reader.h) -------------------------------------------------
+
+def plb_reader_start(view: CData, wake_fd: int, q: CData, batch_size: int, what: str) -> CData:
+    """Start the native reader thread; free it with plb_reader_destroy (not garbage collected)."""
+    out = ffi.new("struct plb_reader **")
+    check(lib.plb_reader_start(out, view, wake_fd, q, batch_size), what)
+    return out[0]
+
+
+def plb_reader_set_timeout(reader: CData, timeout_ms: int) -> None:
+    lib.plb_reader_set_timeout(reader, timeout_ms)
+
+
+def plb_reader_stop(reader: CData) -> int:
+    """Stop and join the thread (idempotent): 0, or the positive errno that ended it early.
+
+    Returned rather than raised: the caller still has a queue and a mapping to
+    release before it reports the failure (see :func:`error`).
+    """
+    return -int(lib.plb_reader_stop(reader))
+
+
+def plb_reader_destroy(reader: CData) -> None:
+    lib.plb_reader_destroy(reader)
+
+
+def plb_reader_stats(reader: CData, out: CData) -> None:
+    lib.plb_reader_stats(reader, out)
+
+
+# --- BTF (csrc/plb_btf.h) ---------------------------------------------------------------------
+
+def plb_btf_dump_c(btf: CData, fd: int, what: str) -> None:
+    """Write every type of ``btf`` as C declarations to ``fd`` (which stays open)."""
+    check(lib.plb_btf_dump_c(btf, fd), what)

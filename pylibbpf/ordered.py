@@ -1,0 +1,381 @@
+"""The ordered merge: every CPU's perf ring, or several BPF ring buffers, read in timestamp order.
+
+:class:`OrderedReader` sets up the rings (:mod:`pylibbpf._rings`) and the C
+merge core (``csrc/plb_merge.c``, through :mod:`pylibbpf._shim`), then hands
+out what the merge lets go as :class:`~pylibbpf.Record` or
+:class:`~pylibbpf.OrderedBatch` (:mod:`pylibbpf._batch`). The rule is in
+``docs/ordering.md``.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _check, _close, _libbpf, _shim
+from ._batch import OrderedBatch, Record, RecordReader
+from ._close import Waiter
+from ._ffi import ffi, lib
+from ._rings import PerfRings, RingBufMaps, check_page_cnt, require_map_type
+from .errors import ClosedError
+from .events import EventDef
+from .maps import Map
+
+CData = Any
+
+
+@dataclass(frozen=True, slots=True)
+class OrderedStats:
+    """What the ordered merge counted since the reader was created (``OrderedReader.stats()``).
+
+    ``emitted``: samples delivered (late ones included). ``late_events``:
+    samples whose timestamp was below one already delivered (delivered flagged
+    ``late``, or dropped); ``max_lateness_ns``: the largest such gap;
+    ``dropped_late``: those dropped by ``late="drop"``. ``inversions``: a
+    ring's next timestamp below an earlier one of the same ring (an interrupt
+    or a nested program wrote out of order on one CPU). ``lost_records`` /
+    ``lost_samples``: the kernel's lost-samples notices and the samples they
+    count. ``malformed``: records skipped because their sizes or layout were
+    impossible (e.g. a sample too short to hold the timestamp).
+    ``forced_flushes``: samples emitted early by the pressure valve because a
+    ring was filling up. ``backlog``: bytes published but not yet taken, per
+    ring: CPU -> bytes for a perf event array, list index -> bytes for ring buffers.
+    """
+
+    emitted: int
+    late_events: int
+    max_lateness_ns: int
+    dropped_late: int
+    inversions: int
+    lost_records: int
+    lost_samples: int
+    malformed: int
+    forced_flushes: int
+    backlog: dict[int, int] = field(default_factory=dict)
+
+
+_LATE_POLICIES = {"deliver": "PLB_LATE_DELIVER", "drop": "PLB_LATE_DROP"}
+#: The longest merge window: a day, in ms (its ns must fit the merge's u64, and a longer one
+#: would hold records back for longer than anyone waits).
+_MAX_WINDOW_MS = 86_400_000
+
+
+def _timestamp_offset(timestamp: object, event: EventDef | None) -> int | None:
+    """The byte offset of the u64 timestamp in a sample, or None for the kernel's sample time."""
+    if isinstance(timestamp, bool):
+        raise TypeError("timestamp must be 'kernel', a byte offset or a field name, not a bool")
+    if isinstance(timestamp, int):
+        if timestamp < 0:
+            raise ValueError(f"timestamp offset must be >= 0, got {timestamp}")
+        if event is not None and timestamp + 8 > event.size:
+            raise ValueError(f"timestamp offset {timestamp}: a u64 there does not fit in event "
+                             f"{event.name!r} ({event.size} bytes)")
+        return timestamp
+    if isinstance(timestamp, str):
+        if timestamp == "kernel":
+            return None
+        if event is None:
+            raise ValueError(f"timestamp field {timestamp!r} needs event=EventDef to find its offset")
+        info = event.field(timestamp)  # UnknownFieldError (a ValueError) names the known fields
+        if info.type not in ("u64", "i64") or info.count != 1:
+            kind = info.type if info.count == 1 else f"{info.type}[{info.count}]"
+            raise ValueError(f"timestamp field {timestamp!r} of event {event.name!r} is {kind}; "
+                             "it must be a u64 or i64")
+        return info.offset
+    raise TypeError(f"timestamp must be 'kernel', a byte offset or a field name, not {type(timestamp).__name__}")
+
+
+class OrderedReader(RecordReader):
+    """Every CPU's perf ring (or several BPF ring buffers) merged into one stream in timestamp order.
+
+    ``map`` is a perf event array, or a ring buffer map or a list of them.
+    ``timestamp`` says what orders the records: ``"kernel"`` (perf only) --
+    the kernel's sample time, the rings being opened with PERF_SAMPLE_TIME on
+    CLOCK_MONOTONIC; an int -- the byte offset of a u64 in each sample; or a
+    field name of ``event`` (an EventDef; the field must be a u64 or i64).
+    Timestamps must be CLOCK_MONOTONIC nanoseconds (``bpf_ktime_get_ns()``),
+    the clock the window is measured on, and are compared as unsigned.
+
+    The rule (README, "Ordered merge"): a record is delivered once no ring can
+    still produce an earlier one -- every other ring has a later record
+    waiting, or has been empty while the clock passed the record's timestamp
+    plus ``window_ms`` (the longest a program may take between reading the
+    clock and its record becoming visible). Equal timestamps leave in ring
+    order (CPU order; list order for ring buffers). A record that arrives
+    below one already delivered is *late*: counted in ``stats()`` and
+    delivered with ``late=True`` (``late="deliver"``) or dropped
+    (``late="drop"``). A ring filling up (over 3/4 full) while it waits
+    forces its records out early (``forced_flushes``); a full ring's losses
+    arrive as lost-samples records, which never wait. A sample too short to
+    hold the timestamp is skipped and counted as ``malformed``.
+
+    ``page_cnt`` is the pages per CPU ring for a perf event array (a power of
+    two; ignored for ring buffers, whose size is the map's). Records are
+    copies.
+
+    Wakeups: every perf sample wakes the reader. A BPF ring buffer wakes it
+    only when the reader has caught up with that ring, so while the merge
+    holds a ring's oldest record back, that ring's newer records wake nobody:
+    the reader wakes at the merge's deadline (at most ``window_ms``) or on
+    another ring's data. A producer that fills a ring buffer faster than that
+    while the other rings are idle loses records there (the program sees
+    ``bpf_ringbuf_reserve`` fail): size the rings for ``window_ms`` of
+    traffic, or submit with ``BPF_RB_FORCE_WAKEUP``. One thread reads at a time; ``stats()`` and ``close()`` may be
+    called from any thread; ``close()`` wakes a blocked read, which raises
+    ClosedError.
+    """
+
+    _what = "OrderedReader"
+    _MAX_RECORDS = 16384        # entries per C drain
+    _BUF_BYTES = 1 << 21        # payload bytes per C drain (grows for a larger record)
+
+    def __init__(self, map: Map | Sequence[Map], timestamp: str | int = "kernel", event: EventDef | None = None,
+                 window_ms: float = 5.0, late: str = "deliver", page_cnt: int = 64) -> None:
+        super().__init__()
+        perf, maps = self._sources(map)
+        offset = _timestamp_offset(timestamp, event)
+        window_ms = _check.number(window_ms, "window_ms", lo=0, hi=_MAX_WINDOW_MS)
+        _check.choice(late, "late", _LATE_POLICIES)
+        page_cnt = check_page_cnt(page_cnt)
+        if offset is None and not perf:
+            raise ValueError("timestamp='kernel' needs a perf event array: ring buffer records have no "
+                             "sample time; give the offset or field name of a u64 timestamp")
+
+        cfg = ffi.new("struct plb_merge_config *")
+        cfg.ts_mode = lib.PLB_TS_KERNEL if offset is None else lib.PLB_TS_OFFSET
+        cfg.ts_offset = offset or 0
+        cfg.window_ns = round(window_ms * 1_000_000)
+        cfg.late_policy = getattr(lib, _LATE_POLICIES[late])
+        cfg.pressure_permille = 0  # the default: 750
+        self.window_ms = float(window_ms)
+        self._merge_lock = threading.Lock()
+        self._merge: CData = None
+        self._final: OrderedStats | None = None
+        self._pending: OrderedBatch | None = None
+        self._perf: PerfRings | None = None
+        self._ringbufs: RingBufMaps | None = None
+        self._free_merge: weakref.finalize[Any, Any] | None = None
+        self._max = self._MAX_RECORDS
+        try:
+            if perf:
+                sample_type = lib.PLB_PERF_SAMPLE_RAW
+                clockid = -1
+                if offset is None:
+                    sample_type |= lib.PLB_PERF_SAMPLE_TIME
+                    clockid = lib.CLOCK_MONOTONIC
+                cfg.sample_type = sample_type
+                attr = _shim.plb_perf_attr_new(sample_type, 1, 0, clockid)
+                self._perf = PerfRings(maps[0], "OrderedReader", page_cnt, attr, _shim.PERF_EVENT_IGNORE,
+                                        ffi.NULL)
+                n = len(self._perf.cpus)
+                srcs = ffi.new("struct plb_merge_source[]", n)
+                for i in range(n):
+                    base, size = _libbpf.perf_buffer__buffer(self._perf.pb, i, f"perf_buffer__buffer({i})")
+                    _shim.plb_merge_source_perf(srcs + i, base, size, f"plb_merge_source_perf({i})")
+                cpus = self._perf.cpus
+                self._tag_of: list[int] | None = None if cpus == list(range(n)) else list(cpus)
+                self._tags = list(cpus)
+            else:
+                n = len(maps)
+                self._ringbufs = RingBufMaps(maps)
+                srcs = ffi.new("struct plb_merge_source[]", n)
+                for i, view in enumerate(self._ringbufs.views):
+                    srcs[i].kind = lib.PLB_SRC_RINGBUF
+                    srcs[i].rb = view
+                self._tag_of = None
+                self._tags = list(range(n))
+            self._merge = _shim.plb_merge_new(cfg, srcs, n, "plb_merge_new")
+            # a safety net only: close() frees the merge, before the rings it points into
+            self._free_merge = _close.finalizer(self, _shim.plb_merge_free, self._merge)
+            self._nsrc = n
+            self._alloc_out(self._BUF_BYTES)
+            # Perf fds report each wakeup once: level-triggered. Ring buffer fds are
+            # "readable" while data is pending, held-back data included: edge-triggered.
+            self._waiter = Waiter(self._perf.fds if self._perf is not None else [], "OrderedReader")
+            for fd in self._ringbufs.fds if self._ringbufs is not None else []:
+                _shim.plb_epoll_add_edge(self._waiter.fd, fd, "OrderedReader: epoll_ctl")
+        except BaseException:
+            self._free_sources()
+            if self._waiter is not None:
+                self._waiter.close()
+            raise
+
+    @staticmethod
+    def _sources(map: Map | Sequence[Map]) -> tuple[bool, list[Map]]:
+        """(True, [perf event array]) or (False, [ring buffer maps]); TypeError naming the types otherwise."""
+        if isinstance(map, Map):
+            if map.type == lib.BPF_MAP_TYPE_PERF_EVENT_ARRAY:
+                require_map_type(map, lib.BPF_MAP_TYPE_PERF_EVENT_ARRAY, "OrderedReader")
+                return True, [map]
+            if map.type != lib.BPF_MAP_TYPE_RINGBUF:
+                raise TypeError(
+                    f"OrderedReader needs a {_libbpf.libbpf_map_type_str(lib.BPF_MAP_TYPE_PERF_EVENT_ARRAY)} "
+                    f"map or {_libbpf.libbpf_map_type_str(lib.BPF_MAP_TYPE_RINGBUF)} maps; map {map.name!r} "
+                    f"is {_libbpf.libbpf_map_type_str(map.type)}")
+            maps = [map]
+        elif isinstance(map, (str, bytes)) or not isinstance(map, Sequence):
+            raise TypeError(f"OrderedReader needs a Map or a list of ring buffer Maps, not {type(map).__name__}")
+        else:
+            maps = list(map)
+        if not maps:
+            raise ValueError("OrderedReader needs at least one ring buffer map")
+        for m in maps:
+            require_map_type(m, lib.BPF_MAP_TYPE_RINGBUF, "OrderedReader (a list of maps)")
+        if len({m.fd for m in maps}) != len(maps):
+            raise ValueError("OrderedReader: the same ring buffer map appears twice")
+        return False, maps
+
+    def _alloc_out(self, buf_bytes: int) -> None:
+        out = ffi.new("struct plb_merge_out *")
+        n = self._max
+        self._arrays = (ffi.new("uint8_t[]", buf_bytes), ffi.new("uint32_t[]", n), ffi.new("uint64_t[]", n),
+                        ffi.new("uint32_t[]", n), ffi.new("uint32_t[]", n), ffi.new("uint32_t[]", n))
+        out.buf, out.ring, out.ts, out.flags, out.start, out.len = self._arrays
+        out.buf_size = buf_bytes
+        self._out = out
+
+    def read(self, timeout: float | None = None) -> Record:
+        """The next record in merged order (a :class:`Record` with ``timestamp`` and ``late``).
+
+        Blocks until the rule lets a record out, or for at most ``timeout``
+        seconds (None: no limit; 0: do not wait). A record waiting for an idle
+        ring is released within ``window_ms`` of its timestamp (plus one
+        wakeup). Raises TimeoutError when nothing could be delivered in time,
+        ClosedError when the reader is closed (also from another thread while
+        blocked), BPFError when the merge fails. Lost-samples records
+        (``lost_samples > 0``, no data, ``timestamp`` 0) come where the merge
+        met them. The sample is a ``bytes`` copy.
+        """
+        deadline = _check.deadline(timeout)
+        self._check_open()
+        with self._lock:
+            batch = self._pending_or_collect(deadline)
+            if batch is None:
+                raise TimeoutError(f"OrderedReader: no record within {timeout} s")
+            self._pending = batch
+            i = batch.next
+            start = batch.starts[i]
+            rec = Record(batch.tags[i], batch.blob[start:start + batch.lens[i]], batch.lost[i],
+                         batch.timestamps[i], batch.late[i])
+            batch.next = i + 1
+            if batch.next >= len(batch.starts):
+                self._pending = None
+        return rec
+
+    def read_batch(self, timeout: float | None = None) -> OrderedBatch:
+        """Everything the merge lets out now, in merged order, as one :class:`OrderedBatch`.
+
+        The fast path: one C drain, one bytes copy. Waits like :meth:`read` (up
+        to ``timeout`` seconds; None: no limit; 0: do not wait) until at least
+        one record can be delivered, and returns an empty batch when the time
+        runs out. Records a previous ``read`` left are returned first. Lost-
+        samples notices are moved to ``batch.lost_notices`` (so a batch holding
+        only notices has ``len`` 0). ClosedError and BPFError as for ``read``.
+        """
+        deadline = _check.deadline(timeout)
+        self._check_open()
+        with self._lock:
+            batch = self._pending_or_collect(deadline)
+            self._pending = None
+        if batch is None:
+            return OrderedBatch.empty()
+        batch.rest()
+        batch.lost_notices = batch.take_lost()
+        return batch
+
+    def stats(self) -> OrderedStats:
+        """The merge's counters and each ring's backlog, now (see :class:`OrderedStats`).
+
+        Never waits for a blocked ``read``. After ``close()`` it returns the
+        final counters and the backlog left unread at close. ClosedError in a
+        forked child (the parent's rings are not mapped there).
+        """
+        self._check_owner()
+        with self._merge_lock:
+            if self._merge is None:
+                if self._final is not None:
+                    return self._final
+                raise ClosedError(self._what)
+            return self._stats_locked()
+
+    def _stats_locked(self) -> OrderedStats:
+        st = ffi.new("struct plb_merge_stats *")
+        backlog = ffi.new("uint64_t[]", self._nsrc)
+        _shim.plb_merge_stats(self._merge, st, backlog, self._nsrc)
+        return OrderedStats(
+            emitted=int(st.emitted), late_events=int(st.late_events), max_lateness_ns=int(st.max_lateness_ns),
+            dropped_late=int(st.dropped_late), inversions=int(st.inversions), lost_records=int(st.lost_records),
+            lost_samples=int(st.lost_samples), malformed=int(st.malformed), forced_flushes=int(st.forced_flushes),
+            backlog=dict(zip(self._tags, ffi.unpack(backlog, self._nsrc), strict=True)))
+
+    def _pending_or_collect(self, deadline: float | None) -> OrderedBatch | None:
+        """What a previous ``read`` left, else :meth:`_collect` (lock held; ClosedError once closed)."""
+        self._check_open()
+        return self._pending if self._pending is not None else self._collect(deadline)
+
+    def _collect(self, deadline: float | None) -> OrderedBatch | None:
+        """Drain until something can be delivered or the deadline passes (lock held); None on timeout.
+
+        The epoll timeout is the sooner of the caller's deadline and the merge's
+        own (``plb_merge_poll_timeout_ms``): a held-back record becomes
+        deliverable by the clock alone, and a perf ring reports each wakeup
+        only once, so no fd would wake us for it.
+        """
+        rechecked = False
+        while True:
+            batch = self._drain(0)
+            if batch is not None:
+                return batch
+            with self._merge_lock:
+                merge_ms = _shim.plb_merge_poll_timeout_ms(self._merge)
+            if merge_ms == 0:
+                continue  # records were consumed without output (dropped, malformed): again now
+            if merge_ms < 0 and self._ringbufs is not None and not rechecked:
+                # Ring buffers are watched edge-triggered, and a producer wakes us
+                # only if our consumer position has reached its record. Fence,
+                # then look again before sleeping: either we see its record, or
+                # it sees our position and wakes us (plb_perfattr.h).
+                _shim.plb_full_fence()
+                rechecked = True
+                continue
+            user_ms = _check.remaining_ms(deadline)
+            if user_ms == 0:
+                return None
+            wait_ms = user_ms if merge_ms < 0 or 0 <= user_ms < merge_ms else merge_ms
+            self._wait(wait_ms)
+            rechecked = False
+
+    def _drain(self, flags: int) -> OrderedBatch | None:
+        with self._merge_lock:
+            if self._merge is None:
+                raise ClosedError(self._what)
+            while True:
+                n = _shim.plb_merge_drain(self._merge, self._out, self._max, flags, "plb_merge_drain")
+                if n != -errno.ENOSPC:
+                    break
+                need = int(self._out.need)
+                self._alloc_out(max(2 * int(self._out.buf_size), (need + 7) & ~7))
+            if n == 0:
+                return None
+            return OrderedBatch.from_merge(self._out, n, self._tag_of)
+
+    def _free_sources(self) -> None:
+        """Free the merge first (it points into the rings), then the rings."""
+        with self._merge_lock:
+            if self._merge is not None:
+                self._final = self._stats_locked()
+                self._merge = None
+            if self._free_merge is not None:
+                self._free_merge()
+        if self._perf is not None:
+            self._perf.close()
+        if self._ringbufs is not None:
+            self._ringbufs.close()
+
+    def _release(self) -> None:
+        self._free_sources()
+        self._pending = None
