@@ -52,6 +52,7 @@ SOURCES = [
     "csrc/plb_perfring.c",
     "csrc/plb_merge.c",
     "csrc/plb_merge_runs.c",
+    "csrc/plb_into.c",
     "csrc/plb_perfattr.c",
     "csrc/plb_program.c",
     "csrc/plb_btf.c",

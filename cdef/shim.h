@@ -193,6 +193,35 @@ uint32_t plb_merge_nsources(const struct plb_merge *m);
 #define PLB_PERF_SAMPLE_RAW ...
 #define PLB_PERF_SAMPLE_TIME ...
 
+/* csrc/plb_into.h */
+enum plb_into_stop { PLB_INTO_EMPTY, PLB_INTO_FULL, PLB_INTO_ODD, PLB_INTO_LOST, ... };
+struct plb_into {
+    uint8_t *out;
+    uint64_t rows;
+    uint32_t rec_size;
+    uint32_t perf_pad;
+    uint64_t *ts;
+    uint8_t *flags;
+    uint64_t n;
+    uint64_t discarded;
+    uint64_t skipped;
+    int stop;
+    uint64_t lost;
+    uint8_t *odd;
+    uint32_t odd_len;
+    uint32_t odd_cap;
+    uint32_t odd_ring;
+    uint64_t odd_ts;
+    uint32_t odd_flags;
+    ...;
+};
+uint32_t plb_into_perf_raw_size(uint32_t rec_size);
+int plb_into_reserve(struct plb_into *st, uint32_t cap);
+void plb_into_release(struct plb_into *st);
+int plb_into_rb(struct plb_rb_view *v, struct plb_into *st);
+int plb_into_perf(void *base, size_t size, struct plb_into *st);
+int plb_into_merge(struct plb_merge *m, struct plb_into *st, uint32_t flags);
+
 /* csrc/plb_perfattr.h */
 struct perf_event_attr *plb_perf_attr_new(uint64_t sample_type, uint32_t wakeup_events, uint32_t watermark_bytes, int clockid);
 void plb_perf_attr_free(struct perf_event_attr *attr);

@@ -12,6 +12,7 @@
 #include "plb_queue.h"
 #include "plb_reader.h"
 #include "plb_merge.h"
+#include "plb_into.h"
 #include "plb_perfattr.h"
 #include "plb_program.h"
 #include "plb_btf.h"
