@@ -36,12 +36,13 @@ C_CONSUMERS = {"c-ringbuf": "ringbuf", "c-perfbuf": "perfbuf", "c-memcpy": "memc
 C_MODES = {"c-memcpy": ("drain",)}   # the copy ceiling has no producer: drain only
 ORDER = ["c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "bcc-ringbuf-event",
          "pylibbpf-ringbuf-callback", "pylibbpf-ringbuf-noop", "pylibbpf-ringbuf-batch",
-         "pylibbpf-ringbuf-numpy", "pylibbpf-backpressure", "c-perfbuf", "pylibbpf-perfbuf-callback",
-         "pylibbpf-perfbuf-batch", "pylibbpf-ordered-batch", "pylibbpf-ordered-numpy"]
+         "pylibbpf-ringbuf-numpy", "pylibbpf-ringbuf-into", "pylibbpf-backpressure", "c-perfbuf",
+         "pylibbpf-perfbuf-callback", "pylibbpf-perfbuf-batch", "pylibbpf-ordered-batch", "pylibbpf-ordered-numpy",
+         "pylibbpf-ordered-into"]
 # The rows the targets read: --quick runs only these.
 QUICK = {"c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "pylibbpf-ringbuf-callback",
          "pylibbpf-ringbuf-noop", "pylibbpf-ringbuf-batch", "pylibbpf-ringbuf-numpy", "c-perfbuf",
-         "pylibbpf-ordered-numpy"}
+         "pylibbpf-ordered-numpy", "pylibbpf-ringbuf-into", "pylibbpf-ordered-into"}
 ORDERED_WINDOW_MS = 5   # OrderedReader's default window: its latency target is window + 1 ms
 LATENCY_RATE = 10_000   # events per second, one per trigger
 PERF_WAKEUP_C = 4096    # the C perf consumer's wakeup_events in throughput runs (pylibbpf's PerfBuffer: 1)

@@ -150,6 +150,29 @@ def ringbuf_numpy(size: int, check: SeqCheck) -> Reader:
     return Reader(lambda t: check.walk_array(rb.read_batch(t).to_numpy(ev)), trigger, failures, closing(rb, obj))
 
 
+#: Bytes of the array a read_into row fills per call: about what one read_batch drains (cache-sized).
+INTO_BYTES = 1 << 20
+
+
+@consumer("pylibbpf-ringbuf-into", "ringbuf")
+def ringbuf_into(size: int, check: SeqCheck) -> Reader:
+    """rb.read_into(array): records copied once, ring -> the rows of one preallocated structured array."""
+    from pylibbpf import RingBuffer
+
+    ev = event_def(size)
+    import numpy as np
+
+    out = np.zeros(max(64, INTO_BYTES // size), ev.numpy_dtype())
+    obj, trigger, failures = libbpf_producer("ringbuf", size)
+    rb = RingBuffer(obj.maps[RING_MAP], lambda data: None)
+
+    def step(timeout_ms: int) -> int:
+        n = rb.read_into(out, timeout_ms / 1000)   # seconds
+        return check.walk_array(out[:n])
+
+    return Reader(step, trigger, failures, closing(rb, obj))
+
+
 # -- perf buffers ---------------------------------------------------------------
 
 @consumer("pylibbpf-perfbuf-callback", "perfbuf")
@@ -210,6 +233,26 @@ def ordered_numpy(size: int, check: SeqCheck) -> Reader:
     rd = pylibbpf.OrderedReader(obj.maps[PERF_MAP], timestamp=8, page_cnt=PERF_PAGES)
     return Reader(lambda t: check.walk_array(rd.read_batch(t / 1000).to_numpy(ev)), trigger, failures,
                   closing(rd, obj))
+
+
+@consumer("pylibbpf-ordered-into", "perfbuf", requires="OrderedReader")
+def ordered_into(size: int, check: SeqCheck) -> Reader:
+    """OrderedReader.read_into(array, timestamps=...): the merge writes each record once, into its row."""
+    import numpy as np
+
+    import pylibbpf
+
+    ev = event_def(size)
+    rows = max(64, INTO_BYTES // size)
+    out, ts = np.zeros(rows, ev.numpy_dtype()), np.zeros(rows, np.uint64)
+    obj, trigger, failures = libbpf_producer("perfbuf", size)
+    rd = pylibbpf.OrderedReader(obj.maps[PERF_MAP], timestamp=8, page_cnt=PERF_PAGES)
+
+    def step(timeout_ms: int) -> int:
+        n = rd.read_into(out, timeout_ms / 1000, timestamps=ts)
+        return check.walk_array(out[:n])
+
+    return Reader(step, trigger, failures, closing(rd, obj))
 
 
 @consumer("pylibbpf-backpressure", "ringbuf", requires="BackpressureConsumer", modes=("drain", "steady"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from . import _shim, features
 from ._batch import Batch, OrderedBatch, Record
 from ._ffi import ffi, lib
+from ._into import FLAG_FORCED, FLAG_LATE, FLAG_LOST, OddRecord
 from ._rings import RingBufLayout
 from ._version import __version__
 from .asm import Insn, load_program, store_event_field, store_event_fields, store_event_imm, zero_event_field
@@ -48,6 +49,7 @@ from .ringbuf import (
     peek_ringbuf_events,
     process_events,
     read_ringbuf_events,
+    read_ringbuf_into,
     unmap_ringbuf,
 )
 from .syms import KernelSymbols, ProcessSymbols, Symbol
@@ -59,6 +61,9 @@ def libbpf_version() -> str:
 
 
 __all__ = [
+    "FLAG_FORCED",
+    "FLAG_LATE",
+    "FLAG_LOST",
     "BPFError",
     "BPFObject",
     "BackpressureConsumer",
@@ -74,6 +79,7 @@ __all__ = [
     "Link",
     "LoadError",
     "Map",
+    "OddRecord",
     "OrderedBatch",
     "OrderedReader",
     "OrderedStats",
@@ -110,6 +116,7 @@ __all__ = [
     "peek_ringbuf_events",
     "process_events",
     "read_ringbuf_events",
+    "read_ringbuf_into",
     "ringbuf_consumer",
     "sampling_consumer",
     "store_event_field",

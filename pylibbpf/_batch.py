@@ -15,11 +15,12 @@ import array
 import asyncio
 import functools
 import os
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import _check
+from . import _check, _into
 from ._close import Closable, OneCaller, one_caller
 from ._ffi import ffi, lib
 from .errors import ClosedError
@@ -28,6 +29,9 @@ CData = Any
 
 
 BatchT = TypeVar("BatchT", bound="Batch")
+
+#: Longest pause of read_into after a wakeup that found nothing readable (a busy head).
+_BUSY_PAUSE_MAX_S = 0.02
 
 
 class Batch:
@@ -277,7 +281,7 @@ class OrderedBatch(Batch):
         return super().take_lost()
 
 
-class BatchReader(Closable):
+class BatchReader(Closable, _into.HandsBackOdd):
     """poll/consume/read_batch over a C drain: the protocol RingBuffer and PerfBuffer share.
 
     Subclasses implement ``_drain()`` (copy what the kernel rings hold into
@@ -374,6 +378,86 @@ class BatchReader(Closable):
     def _taken(self, batch: Batch) -> Batch:
         """Hook: what read_batch does to a batch before handing it out."""
         return batch
+
+    #: Perf samples carry up to 7 bytes of padding (see plb_into.h, "the same size").
+    _perf_rows = False
+    _into_state: _into.Into | None = None
+
+    def read_into(self, out: Any, timeout: float | None = None, *, record_size: Any = None) -> int:
+        """Drain fixed-size records straight into the rows of ``out``; returns how many rows were written.
+
+        ``out``: a numpy structured array (one record per element; the record
+        size is its itemsize) or any writable C-contiguous buffer with
+        ``record_size=`` (bytes, or an EventDef). Each record is copied once,
+        from the kernel ring into its row, in C without the GIL. Rows are
+        filled from ``out[0]`` on, at most ``len(out)``; the records after that
+        stay in the ring for the next call (nothing is consumed that was not
+        copied). Records of another size are never cut or dropped: they are
+        consumed, kept in order with the row they came before, and handed back
+        by :meth:`take_odd` (``odd_records`` counts them). Records an earlier
+        ``poll``/``events()`` left undelivered come first.
+
+        Blocks until at least one row is written, or for at most ``timeout``
+        seconds (None: no limit; 0: do not wait); returns 0 on timeout (or for
+        an ``out`` of no rows). TypeError/ValueError naming the argument for a
+        wrong ``out``/``record_size``/``timeout``; ClosedError once closed
+        (also when closed from another thread while blocked); RuntimeError
+        from one of this reader's callbacks. Takes turns with ``poll``/
+        ``consume``/``read_batch`` of other threads like they do.
+        ``out`` is only written during the call.
+        """
+        rows = _into.Rows(out, record_size)
+        deadline = _check.deadline(timeout)
+        self._check_open()  # in a forked child: ClosedError before the lock
+        if not self._calls.enter(_check.remaining_ms(deadline)):
+            return 0
+        try:
+            if self._into_state is None:
+                self._into_state = _into.Into()
+            into = self._into_state
+            into.begin(rows)
+            try:
+                self._fill_rows(into, deadline)
+            finally:
+                written = into.end()
+            return written
+        finally:
+            self._calls.leave()
+
+    def _fill_rows(self, into: _into.Into, deadline: float | None) -> None:
+        """read_into's loop: pending records, then the rings, waiting until a row is written."""
+        woken = 0  # consecutive wakeups after which nothing could be read
+        while into.st.rows:
+            with self._lock:
+                self._check_open()
+                pending = self._pending
+                if pending is not None and into.put_batch(pending, self._perf_rows, self._lost_notice):
+                    self._pending = None
+                if not into.full:
+                    self._drain_rows(into)
+                if into.st.n:
+                    return
+                left = _check.remaining_ms(deadline)
+                if left == 0:
+                    return
+                if not woken:
+                    woken = 1 if self._wait(left) else 0
+                    continue
+            # Woken, yet nothing readable: a reserved record at the head keeps a ring
+            # buffer's fd readable until its commit; pause (lock released) instead of spinning.
+            pause = min(_BUSY_PAUSE_MAX_S, 0.0005 * (1 << min(woken, 6)))
+            time.sleep(pause if left < 0 else min(pause, left / 1000))
+            with self._lock:
+                self._check_open()
+                left = _check.remaining_ms(deadline)
+                woken = woken + 1 if left != 0 and self._wait(left) else 0
+
+    def _lost_notice(self, ring: int, count: int) -> None:
+        """A lost-samples notice met by read_into (perf buffers override)."""
+
+    def _drain_rows(self, into: _into.Into) -> None:
+        """Copy records from the kernel rings straight into ``into``'s rows (lock held; subclasses)."""
+        raise TypeError(f"{type(self).__name__} has no read_into")
 
     async def _records(self) -> AsyncIterator[tuple[Batch, int]]:
         """``(batch, i)`` for every record, for ``events()``; ends quietly when closed.

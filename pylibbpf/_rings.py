@@ -15,12 +15,13 @@ import contextlib
 import errno
 import mmap
 import os
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from . import _check, _close, _libbpf, _shim
-from ._close import Closable, OneCaller, current_pid
+from . import _check, _close, _into, _libbpf, _shim
+from ._close import Closable, OneCaller, Waiter, current_pid
 from ._ffi import ffi, lib
 from .errors import BPFError
 from .features import online_cpus
@@ -136,7 +137,7 @@ def _ring_turn(map: Map) -> OneCaller:
     return turn
 
 
-class RingBufLayout(Closable):
+class RingBufLayout(Closable, _into.HandsBackOdd):
     """A BPF ring buffer map mapped into this process; made by :func:`map_ringbuf`.
 
     The consumer page is mapped read-write (only it: the kernel refuses a
@@ -170,6 +171,7 @@ class RingBufLayout(Closable):
         self._ring_turn = _ring_turn(map)
         self._view = ffi.addressof(self._mapping[0], "view")
         self._records = RecordBuffer(1024, min(self._data_size, 256 * 1024))
+        self._into_state: _into.Into | None = None
 
     @property
     def consumer_pos(self) -> int:
@@ -266,6 +268,52 @@ class RingBufLayout(Closable):
                 break
             events.extend(chunk)
         return events
+
+    def read_into(self, out: Any, timeout: float | None = None, *, record_size: Any = None) -> int:
+        """Consume fixed-size records straight into the rows of ``out``; returns how many rows were written.
+
+        As :meth:`RingBuffer.read_into <pylibbpf.RingBuffer.read_into>`: ``out``
+        a numpy structured array (record size = its itemsize) or any writable
+        C-contiguous buffer with ``record_size=`` (bytes or an EventDef); one
+        copy per record, in C without the GIL; at most ``len(out)`` rows, the
+        rest stays in the ring; discarded records skipped; a record of another
+        length consumed and handed back whole by :meth:`take_odd`. Blocks
+        until a row is written (waiting on the map's fd), for at most
+        ``timeout`` seconds (None: no limit; 0: do not wait); 0 on timeout.
+        Takes the ring's turn like the other mmap-layer readers. ClosedError
+        once closed (a read blocked in another thread notices within 0.1 s).
+        """
+        rows = _into.Rows(out, record_size)
+        deadline = _check.deadline(timeout)
+        self._check_open()
+        waiter: Waiter | None = None
+        idle = 0
+        try:
+            while True:
+                with self.turn():
+                    if self._into_state is None:
+                        self._into_state = _into.Into()
+                    into = self._into_state
+                    into.begin(rows)
+                    try:
+                        if rows.count:
+                            into.drain(_shim.plb_into_rb,
+                                       (self._view, into.st, f"plb_into_rb({self.map.name})"), 0)
+                    finally:
+                        written = into.end()
+                left = _check.remaining_ms(deadline)
+                if written or not rows.count or left == 0:
+                    return written
+                if waiter is None:
+                    waiter = Waiter([self.map.fd], "RingBufLayout.read_into")
+                if idle:
+                    time.sleep(busy_pause(idle) if left < 0 else min(busy_pause(idle), left / 1000))
+                ready = waiter.wait(SAFETY_NET_MS if left < 0 else min(left, SAFETY_NET_MS),
+                                    "RingBufLayout.read_into")
+                idle = idle + 1 if ready else 0
+        finally:
+            if waiter is not None:
+                waiter.close()
 
     def _release(self) -> None:
         self._finalizer()

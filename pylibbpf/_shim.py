@@ -250,3 +250,34 @@ def plb_reader_stats(reader: CData, out: CData) -> None:
 def plb_btf_dump_c(btf: CData, fd: int, what: str) -> None:
     """Write every type of ``btf`` as C declarations to ``fd`` (which stays open)."""
     check(lib.plb_btf_dump_c(btf, fd), what)
+
+
+# --- records straight into array rows (csrc/plb_into.h) ----------------------------------------
+
+def plb_into_new() -> CData:
+    """A zeroed ``struct plb_into``; its odd-record copy is freed with it (garbage collection)."""
+    return ffi.gc(ffi.new("struct plb_into *"), lib.plb_into_release)
+
+
+def plb_into_reserve(st: CData, cap: int, what: str) -> None:
+    check(lib.plb_into_reserve(st, cap), what)
+
+
+def plb_into_perf_raw_size(rec_size: int) -> int:
+    """The raw size the kernel stores for a perf sample of ``rec_size`` bytes: round_up(rec_size + 4, 8) - 4."""
+    return int(lib.plb_into_perf_raw_size(rec_size))
+
+
+def plb_into_rb(view: CData, st: CData, what: str) -> int:
+    """Rows written; BPFError(EBADMSG) for a corrupt head, ENOMEM, EINVAL."""
+    return check(int(lib.plb_into_rb(view, st)), what)
+
+
+def plb_into_perf(base: CData, size: int, st: CData, what: str) -> int:
+    """Rows written from one perf ring (``perf_buffer__buffer``'s base and size); BPFError as plb_into_rb."""
+    return check(int(lib.plb_into_perf(base, size, st)), what)
+
+
+def plb_into_merge(m: CData, st: CData, flags: int, what: str) -> int:
+    """Rows written from the ordered merge, in merged order; BPFError(EINVAL) for bad arguments."""
+    return check(int(lib.plb_into_merge(m, st, flags)), what)

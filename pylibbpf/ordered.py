@@ -10,13 +10,14 @@ out what the merge lets go as :class:`~pylibbpf.Record` or
 from __future__ import annotations
 
 import errno
+import mmap
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
-from . import _check, _close, _libbpf, _shim
+from . import _check, _close, _into, _libbpf, _shim
 from ._batch import OrderedBatch, Record, RecordReader
 from ._close import Waiter
 from ._ffi import ffi, lib
@@ -89,7 +90,7 @@ def _timestamp_offset(timestamp: object, event: EventDef | None) -> int | None:
     raise TypeError(f"timestamp must be 'kernel', a byte offset or a field name, not {type(timestamp).__name__}")
 
 
-class OrderedReader(RecordReader):
+class OrderedReader(RecordReader, _into.HandsBackOdd):
     """Every CPU's perf ring (or several BPF ring buffers) merged into one stream in timestamp order.
 
     ``map`` is a perf event array, or a ring buffer map or a list of them.
@@ -160,6 +161,9 @@ class OrderedReader(RecordReader):
         self._ringbufs: RingBufMaps | None = None
         self._free_merge: weakref.finalize[Any, Any] | None = None
         self._max = self._MAX_RECORDS
+        self._into_state: _into.Into | None = None
+        # The largest record a ring can hold: read_into's odd-record room.
+        self._ring_bytes = page_cnt * mmap.PAGESIZE if perf else max(m.max_entries for m in maps)
         try:
             if perf:
                 sample_type = lib.PLB_PERF_SAMPLE_RAW
@@ -287,6 +291,96 @@ class OrderedReader(RecordReader):
         batch.lost_notices = batch.take_lost()
         return batch
 
+    @overload
+    def read_into(self, out: Record, timeout: float | None = None) -> None: ...
+
+    @overload
+    def read_into(self, out: Any, timeout: float | None = None, *, record_size: Any = None,
+                  timestamps: Any = None, flags: Any = None) -> int: ...
+
+    def read_into(self, out: Any, timeout: float | None = None, *, record_size: Any = None,
+                  timestamps: Any = None, flags: Any = None) -> int | None:
+        """Two forms: a :class:`Record` is filled in place; an array gets rows straight from the merge.
+
+        ``read_into(record, timeout=None)``: as :meth:`read` (same blocking and
+        errors), but every field of ``record`` is overwritten; a ``bytearray``
+        ``raw_sample`` is reused (resized in place). Returns None.
+
+        ``read_into(out, timeout=None, *, record_size=None, timestamps=None,
+        flags=None) -> int``: the merge writes records, in merged order,
+        straight into the rows of ``out`` (a numpy structured array, or any
+        writable C-contiguous buffer with ``record_size=`` bytes or an
+        EventDef): one copy per record (two for a perf sample that wraps the
+        end of its ring). Optional parallel columns, ``len(out)`` entries or
+        more: ``timestamps`` (numpy.uint64) gets each row's merge key,
+        ``flags`` (numpy.uint8) its ``FLAG_LATE`` / ``FLAG_LOST`` /
+        ``FLAG_FORCED`` bits. With ``flags``, a lost-samples notice is a row
+        of zeros flagged ``FLAG_LOST`` whose timestamp entry is the number of
+        samples lost; without it, notices are only counted (``stats()``). A
+        perf sample fits a row when its stored size is what the kernel
+        stores for a record of the row size (it pads raw samples so that
+        size + 4 is a multiple of 8; the padding is not copied); a ring buffer
+        record when its length is the row size. Other records are consumed
+        and handed back whole, in order, by :meth:`take_odd` (with their
+        timestamp and flags). Waits like :meth:`read` until at least one row
+        is written, for at most ``timeout`` seconds (None: no limit; 0: do not
+        wait); returns the rows written, 0 on timeout. Records a ``read``
+        left come first. Only as many records as there are rows are taken
+        from the merge: the rest wait in the rings for the next call.
+        TypeError/ValueError naming the argument for a wrong ``out``,
+        ``record_size``, ``timestamps``, ``flags`` or ``timeout``; ClosedError,
+        BPFError as for ``read``.
+        """
+        if isinstance(out, Record):
+            if record_size is not None or timestamps is not None or flags is not None:
+                raise TypeError("OrderedReader.read_into(record): record_size, timestamps and flags are for "
+                                "an array out")
+            rec = self.read(timeout)
+            if isinstance(out.raw_sample, bytearray):
+                out.raw_sample[:] = rec.raw_sample
+            else:
+                out.raw_sample = bytearray(rec.raw_sample)
+            out.cpu, out.lost_samples, out.timestamp, out.late = rec.cpu, rec.lost_samples, rec.timestamp, rec.late
+            return None
+        rows = _into.Rows(out, record_size)
+        ts = _into.column(timestamps, rows, 8, "timestamps")
+        fl = _into.column(flags, rows, 1, "flags")
+        deadline = _check.deadline(timeout)
+        self._check_open()
+        with self._lock:
+            self._check_open()
+            into = self._into_state
+            if into is None:
+                into = self._into_state = _into.Into()
+                # The merge's callback cannot allocate without losing the record: room for the largest.
+                _shim.plb_into_reserve(into.st, self._ring_bytes, "OrderedReader.read_into: plb_into_reserve")
+            into.begin(rows, ts, fl)
+            into.st.perf_pad = 1 if self._perf is not None else 0
+            try:
+                if rows.count:
+                    pending = self._pending
+                    if pending is not None and into.put_batch(pending, self._perf is not None):
+                        self._pending = None
+                    if not into.full:
+                        self._collect(deadline, lambda merge_flags: self._merge_rows(into, merge_flags))
+            finally:
+                written = into.end()
+        return written
+
+    def _merge_rows(self, into: _into.Into, merge_flags: int) -> Any:
+        """One fill of ``into`` from the merge (lock held): truthy once a row was written."""
+        st = into.st
+        with self._merge_lock:
+            if self._merge is None:
+                raise ClosedError(self._what)
+            while True:
+                _shim.plb_into_merge(self._merge, st, merge_flags, "OrderedReader.read_into: plb_into_merge")
+                if int(st.stop) != lib.PLB_INTO_ODD:
+                    break
+                ring = int(st.odd_ring)
+                into.take_c_odd(self._tags[ring], int(st.odd_ts), int(st.odd_flags))
+        return True if int(st.n) else None
+
     def stats(self) -> OrderedStats:
         """The merge's counters and each ring's backlog, now (see :class:`OrderedStats`).
 
@@ -317,7 +411,8 @@ class OrderedReader(RecordReader):
         self._check_open()
         return self._pending if self._pending is not None else self._collect(deadline)
 
-    def _collect(self, deadline: float | None) -> OrderedBatch | None:
+    def _collect(self, deadline: float | None,
+                 take: Callable[[int], OrderedBatch | None] | None = None) -> OrderedBatch | None:
         """Drain until something can be delivered or the deadline passes (lock held); None on timeout.
 
         The epoll timeout is the sooner of the caller's deadline and the merge's
@@ -326,8 +421,9 @@ class OrderedReader(RecordReader):
         only once, so no fd would wake us for it.
         """
         rechecked = False
+        drain = self._drain if take is None else take
         while True:
-            batch = self._drain(0)
+            batch = drain(0)
             if batch is not None:
                 return batch
             with self._merge_lock:

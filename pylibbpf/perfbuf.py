@@ -19,11 +19,20 @@ import threading
 from collections.abc import AsyncIterator
 from itertools import islice
 
-from . import _check, _close, _libbpf, _shim
+from . import _check, _close, _into, _libbpf, _shim
 from ._batch import Batch, BatchReader, Record, RecordReader, any_nonzero
 from ._close import Callback, Waiter, current_pid
 from ._ffi import ffi, lib
-from ._rings import MAX_PAGE_CNT, PerfRings, address, check_page_cnt, free_perf_buffer, require_map_type, ring_range
+from ._rings import (
+    MAX_PAGE_CNT,
+    PerfRings,
+    address,
+    check_page_cnt,
+    free_perf_buffer,
+    require_map_type,
+    ring_cpus,
+    ring_range,
+)
 from .maps import Map
 
 
@@ -57,6 +66,7 @@ class PerfBuffer(BatchReader):
         self._map = map
         self._batch = _shim.plb_batch_new(256, 64 * 1024)
         self._pending: Batch | None = None
+        self._cpus = ring_cpus(map, "PerfBuffer")  # ring slot i is CPU _cpus[i] (libbpf's order)
         # libbpf keeps the map fd and deletes its CPUs' entries through it when freed:
         # a dup, so that closing the BPF object first cannot make that hit another map
         # that reused the fd number (as PerfRings does).
@@ -184,6 +194,22 @@ class PerfBuffer(BatchReader):
             if i >= len(batch.starts):
                 self._pending = None
         return i - first
+
+    _perf_rows = True
+
+    def _lost_notice(self, cpu: int, count: int) -> None:
+        """read_into: a lost-samples notice is counted in ``lost_samples`` (no callback is called)."""
+        self.lost_samples += count
+
+    def _drain_rows(self, into: _into.Into) -> None:
+        """read_into: every CPU's ring in slot order, straight into the rows (lock held)."""
+        st = into.st
+        for i, cpu in enumerate(self._cpus):
+            base, size = _libbpf.perf_buffer__buffer(self._pb, i, f"perf_buffer__buffer({i})")
+            into.drain(_shim.plb_into_perf, (base, size, st, "PerfBuffer.read_into: plb_into_perf"), cpu,
+                       self._lost_notice)
+            if into.full:
+                return
 
     def _release(self) -> None:
         self._pb = None

@@ -22,11 +22,11 @@ from collections.abc import AsyncIterator
 from itertools import islice
 from typing import Any
 
-from . import _check, _close, _libbpf, _shim
+from . import _check, _close, _into, _libbpf, _shim
 from ._batch import Batch, BatchReader
 from ._close import Callback, Closable, Waiter
 from ._ffi import ffi, lib
-from ._rings import SAFETY_NET_MS, RingBufLayout, busy_pause, require_map_type
+from ._rings import SAFETY_NET_MS, RingBufLayout, RingBufMaps, busy_pause, require_map_type
 from .maps import Map
 
 CData = Any
@@ -65,6 +65,7 @@ class RingBuffer(BatchReader):
         self._maps: list[Map] = [map]
         self._ctxs = [ffi.new("struct plb_rb_collect_ctx *", {"batch": self._batch, "ring": 0})]
         self._pending: Batch | None = None
+        self._mapped: list[RingBufMaps] = []  # read_into's own mappings of the rings, made on first use
         rb = _libbpf.ring_buffer__new(map.fd, self._ctxs[0], f"ring_buffer__new({map.name})")
         try:
             self._waiter = Waiter([_libbpf.ring_buffer__epoll_fd(rb)], "RingBuffer")
@@ -142,10 +143,27 @@ class RingBuffer(BatchReader):
                 self._pending = None
         return i - first
 
+    def _drain_rows(self, into: _into.Into) -> None:
+        """read_into: each ring through its own mapping (``plb_rb_map``), ring 0 first (lock held).
+
+        libbpf's ring_buffer and these mappings share the ring's consumer page,
+        so read_into and poll/read_batch may alternate on one RingBuffer.
+        """
+        mapped = self._mapped
+        while len(mapped) < len(self._maps):
+            mapped.append(RingBufMaps([self._maps[len(mapped)]]))
+        st = into.st
+        for ring, maps in enumerate(mapped):
+            into.drain(_shim.plb_into_rb, (maps.views[0], st, "RingBuffer.read_into: plb_into_rb"), ring)
+            if into.full:
+                return
+
     def _release(self) -> None:
         _libbpf.ring_buffer__free(self._rb)
         self._rb = ffi.NULL
         self._pending = None
+        for maps in self._mapped:
+            maps.close()
 
     def __del__(self) -> None:
         # Safety net only: close() is the contract.
@@ -197,6 +215,18 @@ def read_ringbuf_events(layout: RingBufLayout, max_events: int | None = None) ->
         return []
     with layout.turn():
         return layout.read(max_events, consume=True)
+
+
+def read_ringbuf_into(layout: RingBufLayout, out: Any, record_size: Any = None) -> int:
+    """Consume the records there now straight into the rows of ``out``, without waiting; returns the rows written.
+
+    ``layout.read_into(out, timeout=0, record_size=record_size)``: one copy per
+    record; at most ``len(out)`` rows, the rest stays in the ring; records of
+    another length are consumed and kept for ``layout.take_odd()``.
+    """
+    if not isinstance(layout, RingBufLayout):
+        raise TypeError(f"layout must be a RingBufLayout (from map_ringbuf), got {type(layout).__name__}")
+    return layout.read_into(out, 0, record_size=record_size)
 
 
 def peek_ringbuf_events(map: Map | RingBufLayout, max_events: int | None = 10,
