@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import _check, _into
+from . import _arrow, _check, _into
 from ._close import Closable, OneCaller, one_caller
 from ._ffi import ffi, lib
 from .errors import ClosedError
@@ -142,6 +142,22 @@ class Batch:
             rows = raw[starts.astype(np.int64)[:, None] + np.arange(size)[None, :]]
         return rows.copy().view(dtype).reshape(n)
 
+    def to_arrow(self, event_def: Any) -> Any:
+        """All records parsed by ``event_def`` into a ``pyarrow.RecordBatch``, one column per field.
+
+        Built from :meth:`to_numpy`'s array (same errors): numeric fields are
+        Arrow integer columns over contiguous numpy memory (no copy beyond the
+        gather of each field out of the records), ``char[n]`` fields ``utf8``
+        strings cut at the first NUL (invalid UTF-8 replaced by U+FFFD, as
+        ``EventDef.parse`` does), other arrays ``fixed_size_list`` columns. The
+        schema's metadata keeps the event's name (``pylibbpf.event``). An empty
+        batch gives an empty RecordBatch with the full schema. The result is
+        independent of the batch. Raises ImportError naming the ``arrow`` extra
+        when pyarrow is not installed.
+        """
+        _arrow.pyarrow("Batch.to_arrow")
+        return _arrow.record_batch(self.to_numpy(event_def), event_def)
+
 
 ZEROS_U64 = array.array("Q", [0])
 
@@ -218,23 +234,27 @@ class OrderedBatch(Batch):
     merge met while producing this batch, as ``(cpu, count)`` pairs (they are
     not records of the batch; ``lost`` is all zeros). The records are copies
     in one ``bytes`` object, valid for as long as the batch or a view of it
-    is referenced.
+    is referenced. ``tag_name`` says what ``tags`` are: ``"cpu"`` (a perf
+    event array's rings) or ``"ring"`` (the index of one of several ring
+    buffers); ``to_arrow()`` names that column after it.
     """
 
-    __slots__ = ("late", "lost_notices", "timestamps")
+    __slots__ = ("late", "lost_notices", "tag_name", "timestamps")
 
     timestamps: Sequence[int]
     late: list[bool]
     lost_notices: list[tuple[int, int]]
+    tag_name: str
 
     @classmethod
-    def empty(cls) -> OrderedBatch:
+    def empty(cls, tag_name: str = "cpu") -> OrderedBatch:
         batch = super().empty()
         batch.timestamps, batch.late, batch.lost_notices = array.array("Q"), [], []
+        batch.tag_name = tag_name
         return batch
 
     @classmethod
-    def from_merge(cls, out: CData, n: int, tag_of: list[int] | None) -> OrderedBatch:
+    def from_merge(cls, out: CData, n: int, tag_of: list[int] | None, tag_name: str) -> OrderedBatch:
         """The first ``n`` entries of a ``plb_merge_out``, copied: one bytes object and a few arrays.
 
         No Python object per record unless a record is flagged: the arrays are
@@ -261,6 +281,7 @@ class OrderedBatch(Batch):
             batch.lost = ZEROS_U64 * n
             batch.timestamps = ts
         batch.lost_notices = []
+        batch.tag_name = tag_name
         batch.next = 0
         return batch
 
@@ -279,6 +300,34 @@ class OrderedBatch(Batch):
         self.timestamps = array.array("Q", [self.timestamps[i] for i in keep])
         self.late = [self.late[i] for i in keep]
         return super().take_lost()
+
+    def to_arrow(self, event_def: Any) -> Any:
+        """As :meth:`Batch.to_arrow`, with the merge's columns after the event's fields.
+
+        ``timestamp`` (uint64, ns: ``timestamps``), ``late`` (bool) and the
+        tag column named by ``tag_name`` (uint32: the CPU, or the ring
+        buffer's index). A column whose name an event field already has gets
+        a trailing underscore (``timestamp_``), so no field is hidden.
+        """
+        pa = _arrow.pyarrow("OrderedBatch.to_arrow")
+        import numpy as np
+
+        arr = self.to_numpy(event_def)   # after rest(): the columns below line up with it
+        taken = set(event_def.fields)
+
+        def name(base: str) -> str:
+            while base in taken:
+                base += "_"
+            return base
+
+        ts = self.timestamps
+        ts_np = np.frombuffer(ts, dtype=np.uint64) if isinstance(ts, array.array) else np.asarray(ts, np.uint64)
+        late = self.late
+        late_np = np.array(late, dtype=np.bool_) if any(late) else np.zeros(len(late), dtype=np.bool_)
+        extra = [(name("timestamp"), pa.array(ts_np, type=pa.uint64())),
+                 (name("late"), pa.array(late_np, type=pa.bool_())),
+                 (name(self.tag_name), pa.array(np.asarray(self.tags, dtype=np.uint32), type=pa.uint32()))]
+        return _arrow.record_batch(arr, event_def, extra)
 
 
 class BatchReader(Closable, _into.HandsBackOdd):

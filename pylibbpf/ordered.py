@@ -183,6 +183,7 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
                 cpus = self._perf.cpus
                 self._tag_of: list[int] | None = None if cpus == list(range(n)) else list(cpus)
                 self._tags = list(cpus)
+                self._tag_name = "cpu"
             else:
                 n = len(maps)
                 self._ringbufs = RingBufMaps(maps)
@@ -192,6 +193,7 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
                     srcs[i].rb = view
                 self._tag_of = None
                 self._tags = list(range(n))
+                self._tag_name = "ring"
             self._merge = _shim.plb_merge_new(cfg, srcs, n, "plb_merge_new")
             # a safety net only: close() frees the merge, before the rings it points into
             self._free_merge = _close.finalizer(self, _shim.plb_merge_free, self._merge)
@@ -286,7 +288,7 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
             batch = self._pending_or_collect(deadline)
             self._pending = None
         if batch is None:
-            return OrderedBatch.empty()
+            return OrderedBatch.empty(self._tag_name)
         batch.rest()
         batch.lost_notices = batch.take_lost()
         return batch
@@ -457,7 +459,7 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
                 self._alloc_out(max(2 * int(self._out.buf_size), (need + 7) & ~7))
             if n == 0:
                 return None
-            return OrderedBatch.from_merge(self._out, n, self._tag_of)
+            return OrderedBatch.from_merge(self._out, n, self._tag_of, self._tag_name)
 
     def _free_sources(self) -> None:
         """Free the merge first (it points into the rings), then the rings."""
