@@ -477,3 +477,96 @@ def test_open_flags_text() -> None:
 def test_python_dash_m_help() -> None:
     proc = run_command("--help")
     assert proc.returncode == 0 and "trace" in proc.stdout and "inspect" in proc.stdout
+
+
+# --- trace --format arrow --------------------------------------------------------------------------
+
+def _opens_script(path: Path, count: int) -> str:
+    """A shell loop that opens ``path`` ``count`` times itself (a redirection: no new process)."""
+    return f"i=0; while [ $i -lt {count} ]; do : < {path}; i=$((i+1)); done"
+
+
+def _own_opens(table: Any, path: Path) -> Any:
+    return [r for r in table.to_pylist() if r["path"] == str(path)]
+
+
+@pytest.mark.parametrize("mode", [[], ["--ordered"], ["--max-pending", "1000"]], ids=["ring", "ordered", "queue"])
+def test_trace_arrow_file_survives_ctrl_c(bpf_privileged: None, tmp_path: Path, mode: list[str]) -> None:
+    import pyarrow as pa
+
+    target = tmp_path / f"opened-{os.getpid()}"
+    target.write_text("x")
+    out = tmp_path / "trace.arrows"
+    with held_child(_opens_script(target, 25)) as child:
+        tracer = Tracer("open", "--format", "arrow", "-o", str(out), "--pid", str(child.pid), *mode)
+        try:
+            tracer.wait_ready()
+            assert release(child) == 0
+            rc = tracer.interrupt()   # no --duration: Ctrl-C ends it
+        finally:
+            tracer.close()
+    assert rc == 0, tracer.stderr
+    assert tracer.out == []
+    assert out.read_bytes().endswith(b"\xff\xff\xff\xff\x00\x00\x00\x00")   # the end-of-stream marker
+    with pa.ipc.open_stream(out) as stream:   # a complete stream: schema, batches, end marker
+        table = stream.read_all()
+    assert table.schema.metadata == {b"pylibbpf.event": b"open_event"}
+    extra = ["timestamp", "late", "cpu"] if mode == ["--ordered"] else []
+    assert table.schema.names == ["ts", "pid", "tid", "flags", "ret", "comm", "path", *extra]
+    assert table.schema.field("comm").type == pa.string() and table.schema.field("pid").type == pa.uint32()
+    mine = _own_opens(table, target)
+    assert len(mine) == 25, tracer.stderr
+    assert {(r["pid"], r["comm"]) for r in mine} == {(child.pid, "sh")}
+    assert all(r["ret"] >= 0 for r in mine)
+    assert {r["pid"] for r in table.to_pylist()} == {child.pid}   # filtered in the kernel
+
+
+def test_trace_arrow_to_stdout(bpf_privileged: None, tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    target = tmp_path / f"opened-{os.getpid()}"
+    target.write_text("x")
+    with held_child(_opens_script(target, 10)) as child:
+        proc = subprocess.Popen([*COMMAND, "trace", "open", "--format", "arrow", "-o", "-", "--pid", str(child.pid),
+                                 "--duration", "3"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        try:
+            assert proc.stderr is not None
+            first = proc.stderr.readline().decode()
+            assert first.startswith("tracing "), first
+            assert release(child) == 0
+            data, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 0, err
+    table = pa.ipc.open_stream(data).read_all()
+    assert len(_own_opens(table, target)) == 10
+
+
+def test_trace_arrow_refuses_what_it_cannot_write(tmp_path: Path) -> None:
+    import pty
+
+    assert_one_line_error(run_command("trace", "open", "--format", "arrow"), "-o FILE")
+    assert_one_line_error(run_command("trace", "open", "-o", str(tmp_path / "x")), "--format arrow")
+    assert_one_line_error(run_command("trace", "open", "--json", "--format", "arrow", "-o", "-"), "contradict")
+    missing = tmp_path / "no-such-dir" / "out.arrows"
+    assert_one_line_error(run_command("trace", "open", "--format", "arrow", "-o", str(missing)),
+                          f"cannot write {missing}")
+    primary, secondary = pty.openpty()   # stdout a terminal: no binary on it
+    try:
+        proc = subprocess.run([*COMMAND, "trace", "open", "--format", "arrow", "-o", "-"], stdout=secondary,
+                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, timeout=60)
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    assert_one_line_error(proc, "redirect stdout")
+
+
+def test_trace_arrow_without_pyarrow_names_the_extra(tmp_path: Path) -> None:
+    code = ("import sys; sys.modules['pyarrow'] = None; from pylibbpf.cli import main; "
+            f"sys.exit(main(['trace', 'open', '--format', 'arrow', '-o', {str(tmp_path / 'out')!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert_one_line_error(proc, "pip install 'pylibbpf-cffi[arrow]'")

@@ -42,9 +42,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn, TextIO, Union
 
-from .._batch import OrderedBatch
+from .._batch import Batch, OrderedBatch
 from ..btf import printable_name
 from ..consumers import BackpressureConsumer, BackpressureStats, SamplingConsumer
 from ..errors import BPFError
@@ -71,6 +71,7 @@ from ._common import pipe_broken as _pipe_broken
 from ._common import point_at_devnull as _point_at_devnull
 from ._common import positive_float as _positive_float
 from ._common import positive_int as _positive_int
+from .arrow_stream import ArrowWriter, open_output
 from .build import add_parser as add_build_parser
 from .features import add_parser as add_features_parser
 from .profile import add_parser as _add_profile_parser
@@ -85,6 +86,8 @@ _TICK = 0.2
 _COMM_MAX = 15
 
 CallbackType = Callable[[Any], Any]
+# Where the events go: the table/JSON printer or the Arrow stream writer (same calls).
+Output = Union["EventPrinter", ArrowWriter]
 
 
 # --- the tools ---------------------------------------------------------------------------------
@@ -324,6 +327,36 @@ class RingBufferSource(EventSource):
                 self._rb.close()
 
 
+class RingBatchSource(EventSource):
+    """``--format arrow`` on the ring buffer: whole batches (``read_batch``) to the Arrow writer."""
+
+    description = "ring buffer, batches"
+
+    def __init__(self, m: Map, writer: ArrowWriter) -> None:
+        self._writer = writer
+        self._received = 0
+        self._rb = RingBuffer(m, lambda data: None)
+
+    def run(self, timeout: float) -> None:
+        self._write(self._rb.read_batch(max(0, int(timeout * 1000))))
+
+    def _write(self, batch: Batch) -> int:
+        self._received += len(batch)
+        self._writer.write_batch(batch)
+        return len(batch)
+
+    def stats(self) -> SourceStats:
+        return SourceStats(received=self._received)
+
+    def close(self) -> None:
+        if not self._rb.closed:
+            try:
+                while self._write(self._rb.read_batch(0)):
+                    pass
+            finally:
+                self._rb.close()
+
+
 class BackpressureSource(EventSource):
     """``--max-pending N`` (and ``--sample``): a native reader keeps draining the kernel ring into a
     bounded queue; a thread of the consumer prints from it, this thread only waits."""
@@ -380,8 +413,10 @@ class OrderedSource(EventSource):
 
     description = "perf buffer, ordered across CPUs"
 
-    def __init__(self, m: Map, callback: CallbackType, event: EventDef) -> None:
+    def __init__(self, m: Map, callback: CallbackType, event: EventDef,
+                 on_batch: Callable[[OrderedBatch], None] | None = None) -> None:
         self._callback = callback
+        self._on_batch = on_batch  # whole batches instead of one callback per record (--format arrow)
         self._received = 0
         self._reader: OrderedReader | None = OrderedReader(m, timestamp="ts", event=event)
         self._last = SourceStats()
@@ -394,6 +429,10 @@ class OrderedSource(EventSource):
 
     def _deliver(self, batch: OrderedBatch) -> int:
         """Print a batch of merged records (lost-samples notices are kept out of it); returns its size."""
+        if self._on_batch is not None:
+            self._received += len(batch)
+            self._on_batch(batch)
+            return len(batch)
         for data in batch:
             self._received += 1
             self._callback(data)
@@ -491,10 +530,13 @@ def _kernel_drops(obj: BPFObject) -> int:
     return sum(values) if values else 0
 
 
-def _make_source(args: argparse.Namespace, obj: BPFObject, event: EventDef, printer: EventPrinter) -> EventSource:
+def _make_source(args: argparse.Namespace, obj: BPFObject, event: EventDef, printer: Output) -> EventSource:
     """The event source the options ask for."""
+    batches = printer if isinstance(printer, ArrowWriter) else None
     if args.ordered:
-        return OrderedSource(obj.maps["events_perf"], printer, event)
+        return OrderedSource(obj.maps["events_perf"], printer, event, batches and batches.write_batch)
+    if batches is not None and args.sample is None and args.max_pending is None:
+        return RingBatchSource(obj.maps["events"], batches)
     if args.sample is not None:
         return SamplingSource(obj.maps["events"], printer, args.sample, args.max_pending)
     if args.max_pending is not None:
@@ -512,7 +554,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
         event = obj.btf_struct(tool.event)
         configure(obj, pid=args.pid, comm=args.comm, use_perf=args.ordered)
         _load(obj, args.verbose)
-        printer = EventPrinter(tool, event, sys.stdout, as_json=args.json, status=status, lock=lock)
+        printer: Output
+        if args.format == "arrow":
+            printer = ArrowWriter(event, open_output(args.output), ordered=args.ordered)
+        else:
+            printer = EventPrinter(tool, event, sys.stdout, as_json=args.format == "json", status=status, lock=lock)
         source: EventSource | None = None
         links = _attach(obj)
         started = time.monotonic()
@@ -534,14 +580,17 @@ def cmd_trace(args: argparse.Namespace) -> int:
                     source.close()
             except (KeyboardInterrupt, _Terminate):
                 pass
-            printer.flush()
+            if isinstance(printer, ArrowWriter):
+                printer.close()   # the end-of-stream marker, on every way out
+            else:
+                printer.flush()
         elapsed = stopped - started
         stats = source.stats() if source is not None else SourceStats()
         _summary(tool, printer, stats, _kernel_drops(obj), elapsed, status, source)
     return 0
 
 
-def _trace_loop(source: EventSource, printer: EventPrinter, status: StatusLine, obj: BPFObject,
+def _trace_loop(source: EventSource, printer: Output, status: StatusLine, obj: BPFObject,
                 duration: float | None, started: float) -> None:
     deadline = None if duration is None else started + duration
     last_count, last_time = 0, started
@@ -562,7 +611,7 @@ def _trace_loop(source: EventSource, printer: EventPrinter, status: StatusLine, 
                         f"{f'  late {s.late}' if s.late else ''}")
 
 
-def _summary(tool: Tool, printer: EventPrinter, stats: SourceStats, kernel_drops: int, elapsed: float,
+def _summary(tool: Tool, printer: Output, stats: SourceStats, kernel_drops: int, elapsed: float,
              status: StatusLine, source: EventSource | None) -> None:
     rate = printer.count / elapsed if elapsed > 0 else 0.0
     line = (f"{tool.name}: {printer.count} events, {stats.dropped + kernel_drops} drops, {stats.late} late, "
@@ -677,7 +726,13 @@ def build_parser() -> argparse.ArgumentParser:
     trace = sub.add_parser("trace", help="print kernel events live", description="Print kernel events live: "
                            + "; ".join(f"{t.name}: {t.help}" for t in TOOLS.values()) + ".")
     trace.add_argument("tool", choices=sorted(TOOLS), help="what to trace")
-    trace.add_argument("--json", action="store_true", help="one JSON object per event instead of a table")
+    trace.add_argument("--json", action="store_true", help="one JSON object per event instead of a table "
+                       "(as --format json)")
+    trace.add_argument("--format", choices=("table", "json", "arrow"),
+                       help="table (the default), json (one object per line) or arrow (an Arrow IPC stream, "
+                       "one RecordBatch per drained batch; needs -o)")
+    trace.add_argument("-o", "--output", metavar="FILE|-",
+                       help="where --format arrow writes its stream (-: stdout, which must not be a terminal)")
     trace.add_argument("--duration", type=_positive_float, metavar="S", help="stop after S seconds")
     trace.add_argument("--pid", type=_positive_int, metavar="P", help="only process P (filtered in the kernel)")
     trace.add_argument("--comm", metavar="NAME",
@@ -732,6 +787,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "trace" and args.ordered and (args.sample is not None or args.max_pending is not None):
         parser.error("--ordered reads perf buffers: it does not combine with --sample or --max-pending")
+    if args.command == "trace":
+        if args.json and args.format not in (None, "json"):
+            parser.error(f"--json and --format {args.format} contradict each other")
+        args.format = args.format or ("json" if args.json else "table")
+        if args.format == "arrow" and args.output is None:
+            parser.error("--format arrow writes binary data: give -o FILE, or -o - to write it to stdout")
+        if args.format != "arrow" and args.output is not None:
+            parser.error("-o/--output is for --format arrow (the table and JSON go to stdout)")
     _setup_logging(args.verbose)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
