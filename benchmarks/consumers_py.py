@@ -173,6 +173,32 @@ def ringbuf_into(size: int, check: SeqCheck) -> Reader:
     return Reader(step, trigger, failures, closing(rb, obj))
 
 
+class ArrowRows:
+    """A RecordBatch seen as walk_array reads an array: ``len`` rows, ``rows["seq"]`` a numpy column (no copy)."""
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch
+
+    def __len__(self) -> int:
+        return int(self.batch.num_rows)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.batch.column(name).to_numpy()
+
+
+@consumer("pylibbpf-ringbuf-arrow", "ringbuf")
+def ringbuf_arrow(size: int, check: SeqCheck) -> Reader:
+    """rb.read_batch().to_arrow(event): the batch as a pyarrow RecordBatch (built from to_numpy's array)."""
+    from pylibbpf import Batch, RingBuffer
+
+    ev = event_def(size)
+    Batch.empty().to_arrow(ev)   # warm up: numpy and pyarrow are imported on first use
+    obj, trigger, failures = libbpf_producer("ringbuf", size)
+    rb = RingBuffer(obj.maps[RING_MAP], lambda data: None)
+    return Reader(lambda t: check.walk_array(ArrowRows(rb.read_batch(t).to_arrow(ev))), trigger, failures,
+                  closing(rb, obj))
+
+
 # -- perf buffers ---------------------------------------------------------------
 
 @consumer("pylibbpf-perfbuf-callback", "perfbuf")
