@@ -570,3 +570,27 @@ def test_trace_arrow_without_pyarrow_names_the_extra(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL)
     assert_one_line_error(proc, "pip install 'pylibbpf-cffi[arrow]'")
+
+
+def test_trace_arrow_reader_gone_ends_quietly(bpf_privileged: None, tmp_path: Path) -> None:
+    target = tmp_path / f"opened-{os.getpid()}"
+    target.write_text("x")
+    with held_child(_opens_script(target, 200)) as child:
+        proc = subprocess.Popen([*COMMAND, "trace", "open", "--format", "arrow", "-o", "-", "--pid", str(child.pid)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            first = proc.stderr.readline().decode()
+            assert first.startswith("tracing "), first
+            proc.stdout.close()   # the reader goes away (as `| head -c 0` would)
+            assert release(child) == 0
+            rc = proc.wait(timeout=60)   # no --duration: the closed pipe ends the trace
+            err = proc.stderr.read().decode()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if proc.stderr is not None:
+                proc.stderr.close()
+    assert rc == 0, err
+    assert "Traceback" not in err and err.startswith("open: "), err

@@ -119,11 +119,12 @@ class ArrowWriter:
         """Write what is kept, the end-of-stream marker, and close the output. Idempotent."""
         if self._writer is None:
             return
-        self.flush()
-        writer, self._writer = self._writer, None
-        with _signals_held():
+        with _signals_held():   # a second Ctrl-C here still gets a complete stream
+            self.flush()
+            writer, self._writer = self._writer, None
             self._guard(writer.close)
-            self._guard(self._out.close)
+            with contextlib.suppress(OSError):   # after a broken pipe: the fd points at /dev/null
+                self._out.close()
 
     def _write(self, rb: Any) -> None:
         if rb.schema != self._schema:   # the same conversion made both: a mismatch is a bug here
