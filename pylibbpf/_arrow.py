@@ -18,6 +18,7 @@ is present). Other arrays become ``fixed_size_list`` columns of their element ty
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,6 +48,12 @@ def schema(event_def: Any, extra: Sequence[tuple[str, Any]] = ()) -> Any:
 
     The schema's metadata keeps the event's name under ``pylibbpf.event``.
     """
+    return _schema(event_def, tuple(extra))
+
+
+@functools.lru_cache(maxsize=64)
+def _schema(event_def: Any, extra: tuple[tuple[str, Any], ...]) -> Any:
+    # built once per (event, extra columns): it costs tens of microseconds, per batch otherwise
     pa = pyarrow("to_arrow")
     fields = [pa.field(f.name, _arrow_type(pa, f.type, f.count)) for f in event_def.field_infos]
     fields += [pa.field(name, typ) for name, typ in extra]
