@@ -4,6 +4,7 @@
 
     pylibbpf trace exec|exit|open [--json] [--duration S] [--pid P] [--comm NAME]
                                   [--sample RATE] [--max-pending N] [--ordered]
+                                  [--format table|json|arrow [-o FILE|-]]   (arrow: cli/arrow_stream.py)
     pylibbpf inspect OBJ.bpf.o [--json] [--struct NAME]
     pylibbpf features [--json]
     pylibbpf runqlat [--interval S [--count N]] [-m] [--pid P] [--per-process] [--json]   (cli/runqlat.py)
