@@ -90,6 +90,17 @@ def _timestamp_offset(timestamp: object, event: EventDef | None) -> int | None:
     raise TypeError(f"timestamp must be 'kernel', a byte offset or a field name, not {type(timestamp).__name__}")
 
 
+def _merge_config(offset: int | None, window_ms: float, late: str) -> CData:
+    """The merge's ``struct plb_merge_config`` (the sample type is set when the perf rings open)."""
+    cfg = ffi.new("struct plb_merge_config *")
+    cfg.ts_mode = lib.PLB_TS_KERNEL if offset is None else lib.PLB_TS_OFFSET
+    cfg.ts_offset = offset or 0
+    cfg.window_ns = round(window_ms * 1_000_000)
+    cfg.late_policy = getattr(lib, _LATE_POLICIES[late])
+    cfg.pressure_permille = 0  # the default: 750
+    return cfg
+
+
 class OrderedReader(RecordReader, _into.HandsBackOdd):
     """Every CPU's perf ring (or several BPF ring buffers) merged into one stream in timestamp order.
 
@@ -145,13 +156,6 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
         if offset is None and not perf:
             raise ValueError("timestamp='kernel' needs a perf event array: ring buffer records have no "
                              "sample time; give the offset or field name of a u64 timestamp")
-
-        cfg = ffi.new("struct plb_merge_config *")
-        cfg.ts_mode = lib.PLB_TS_KERNEL if offset is None else lib.PLB_TS_OFFSET
-        cfg.ts_offset = offset or 0
-        cfg.window_ns = round(window_ms * 1_000_000)
-        cfg.late_policy = getattr(lib, _LATE_POLICIES[late])
-        cfg.pressure_permille = 0  # the default: 750
         self.window_ms = float(window_ms)
         self._merge_lock = threading.Lock()
         self._merge: CData = None
@@ -160,55 +164,74 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
         self._perf: PerfRings | None = None
         self._ringbufs: RingBufMaps | None = None
         self._free_merge: weakref.finalize[Any, Any] | None = None
+        self._tag_of: list[int] | None = None  # ring index -> CPU, when they differ
+        self._tags: list[int] = []
+        self._tag_name = "cpu"  # what a source is: a CPU's perf ring, or one of several ring buffers
         self._max = self._MAX_RECORDS
         self._into_state: _into.Into | None = None
         # The largest record a ring can hold: read_into's odd-record room.
         self._ring_bytes = page_cnt * mmap.PAGESIZE if perf else max(m.max_entries for m in maps)
+        cfg = _merge_config(offset, window_ms, late)
         try:
-            if perf:
-                sample_type = lib.PLB_PERF_SAMPLE_RAW
-                clockid = -1
-                if offset is None:
-                    sample_type |= lib.PLB_PERF_SAMPLE_TIME
-                    clockid = lib.CLOCK_MONOTONIC
-                cfg.sample_type = sample_type
-                attr = _shim.plb_perf_attr_new(sample_type, 1, 0, clockid)
-                self._perf = PerfRings(maps[0], "OrderedReader", page_cnt, attr, _shim.PERF_EVENT_IGNORE,
-                                        ffi.NULL)
-                n = len(self._perf.cpus)
-                srcs = ffi.new("struct plb_merge_source[]", n)
-                for i in range(n):
-                    base, size = _libbpf.perf_buffer__buffer(self._perf.pb, i, f"perf_buffer__buffer({i})")
-                    _shim.plb_merge_source_perf(srcs + i, base, size, f"plb_merge_source_perf({i})")
-                cpus = self._perf.cpus
-                self._tag_of: list[int] | None = None if cpus == list(range(n)) else list(cpus)
-                self._tags = list(cpus)
-                self._tag_name = "cpu"
-            else:
-                n = len(maps)
-                self._ringbufs = RingBufMaps(maps)
-                srcs = ffi.new("struct plb_merge_source[]", n)
-                for i, view in enumerate(self._ringbufs.views):
-                    srcs[i].kind = lib.PLB_SRC_RINGBUF
-                    srcs[i].rb = view
-                self._tag_of = None
-                self._tags = list(range(n))
-                self._tag_name = "ring"
-            self._merge = _shim.plb_merge_new(cfg, srcs, n, "plb_merge_new")
-            # a safety net only: close() frees the merge, before the rings it points into
-            self._free_merge = _close.finalizer(self, _shim.plb_merge_free, self._merge)
-            self._nsrc = n
-            self._alloc_out(self._BUF_BYTES)
-            # Perf fds report each wakeup once: level-triggered. Ring buffer fds are
-            # "readable" while data is pending, held-back data included: edge-triggered.
-            self._waiter = Waiter(self._perf.fds if self._perf is not None else [], "OrderedReader")
-            for fd in self._ringbufs.fds if self._ringbufs is not None else []:
-                _shim.plb_epoll_add_edge(self._waiter.fd, fd, "OrderedReader: epoll_ctl")
+            srcs = self._open_perf(maps[0], cfg, page_cnt) if perf else self._open_ringbufs(maps)
+            self._start_merge(cfg, srcs)
+            self._watch()
         except BaseException:
             self._free_sources()
             if self._waiter is not None:
                 self._waiter.close()
             raise
+
+    def _open_perf(self, m: Map, cfg: CData, page_cnt: int) -> CData:
+        """Open one perf ring per CPU, raw samples (plus the sample time for ``"kernel"``); their merge sources."""
+        sample_type = lib.PLB_PERF_SAMPLE_RAW
+        clockid = -1
+        if cfg.ts_mode == lib.PLB_TS_KERNEL:
+            sample_type |= lib.PLB_PERF_SAMPLE_TIME
+            clockid = lib.CLOCK_MONOTONIC
+        cfg.sample_type = sample_type
+        attr = _shim.plb_perf_attr_new(sample_type, 1, 0, clockid)
+        # The merge reads the rings itself: libbpf's event callback is never called.
+        self._perf = PerfRings(m, "OrderedReader", page_cnt, attr, _shim.PERF_EVENT_IGNORE, ffi.NULL)
+        cpus = self._perf.cpus
+        n = len(cpus)
+        srcs = ffi.new("struct plb_merge_source[]", n)
+        for i in range(n):
+            base, size = _libbpf.perf_buffer__buffer(self._perf.pb, i, f"perf_buffer__buffer({i})")
+            _shim.plb_merge_source_perf(srcs + i, base, size, f"plb_merge_source_perf({i})")
+        self._tag_of = None if cpus == list(range(n)) else list(cpus)
+        self._tags = list(cpus)
+        return srcs
+
+    def _open_ringbufs(self, maps: list[Map]) -> CData:
+        """Map every ring buffer; their merge sources (tag: the index in ``maps``)."""
+        self._ringbufs = RingBufMaps(maps)
+        srcs = ffi.new("struct plb_merge_source[]", len(maps))
+        for i, view in enumerate(self._ringbufs.views):
+            srcs[i].kind = lib.PLB_SRC_RINGBUF
+            srcs[i].rb = view
+        self._tags = list(range(len(maps)))
+        self._tag_name = "ring"
+        return srcs
+
+    def _start_merge(self, cfg: CData, srcs: CData) -> None:
+        """The C merge over the sources, and the memory one drain writes into."""
+        n = len(self._tags)
+        self._merge = _shim.plb_merge_new(cfg, srcs, n, "plb_merge_new")
+        # a safety net only: close() frees the merge, before the rings it points into
+        self._free_merge = _close.finalizer(self, _shim.plb_merge_free, self._merge)
+        self._nsrc = n
+        self._alloc_out(self._BUF_BYTES)
+
+    def _watch(self) -> None:
+        """The waiter over the rings' fds (plus the close eventfd).
+
+        Perf fds report each wakeup once: level-triggered. Ring buffer fds are
+        "readable" while data is pending, held-back data included: edge-triggered.
+        """
+        self._waiter = Waiter(self._perf.fds if self._perf is not None else [], "OrderedReader")
+        for fd in self._ringbufs.fds if self._ringbufs is not None else []:
+            _shim.plb_epoll_add_edge(self._waiter.fd, fd, "OrderedReader: epoll_ctl")
 
     @staticmethod
     def _sources(map: Map | Sequence[Map]) -> tuple[bool, list[Map]]:
