@@ -527,6 +527,65 @@ def btf__parse(path: str, what: str) -> CData:
     return ffi.gc(check_ptr(lib.btf__parse(os.fsencode(path), ffi.NULL), what), lib.btf__free)
 
 
+# libbpf's btf.h accessors of one btf_type (static inline there, compiled into the module):
+# they read the type record and cannot fail; the caller got the type from btf__type_by_id.
+
+def btf_kind(t: CData) -> int:
+    return int(lib.btf_kind(t))
+
+
+def btf_vlen(t: CData) -> int:
+    return int(lib.btf_vlen(t))
+
+
+def btf_kflag(t: CData) -> bool:
+    return bool(lib.btf_kflag(t))
+
+
+def btf_int_encoding(t: CData) -> int:
+    return int(lib.btf_int_encoding(t))
+
+
+def btf_int_offset(t: CData) -> int:
+    return int(lib.btf_int_offset(t))
+
+
+def btf_int_bits(t: CData) -> int:
+    return int(lib.btf_int_bits(t))
+
+
+def btf_array(t: CData) -> CData:
+    return lib.btf_array(t)
+
+
+def btf_members(t: CData) -> CData:
+    return lib.btf_members(t)
+
+
+def btf_member_bit_offset(t: CData, i: int) -> int:
+    return int(lib.btf_member_bit_offset(t, i))
+
+
+def btf_member_bitfield_size(t: CData, i: int) -> int:
+    return int(lib.btf_member_bitfield_size(t, i))
+
+
+def btf_enum(t: CData) -> CData:
+    return lib.btf_enum(t)
+
+
+def btf_enum64(t: CData) -> CData:
+    return lib.btf_enum64(t)
+
+
+def btf_enum64_value(e: CData) -> int:
+    return int(lib.btf_enum64_value(e))
+
+
+def btf_var_secinfos(t: CData) -> CData:
+    return lib.btf_var_secinfos(t)
+
+
 # --- perf_buffer with raw options (the per-CPU perf rings: _rings.py) ----------------------------
 
 def perf_buffer__new_raw(map_fd: int, page_cnt: int, attr: CData, event_cb: CData, ctx: CData,

@@ -1,7 +1,7 @@
 """Event layouts and typed values read from BTF: what the compiler laid out.
 
-``struct_event_def(obj, "event")`` walks ``struct event`` in the object's BTF
-through libbpf's btf API and returns an :class:`~pylibbpf.events.EventDef` whose
+``struct_event_def(btf, "event")`` (what ``BPFObject.btf_struct`` calls) walks
+``struct event`` in the BTF through libbpf's btf API and returns an :class:`~pylibbpf.events.EventDef` whose
 offsets and size are exactly the compiler's:
 
 - typedefs, const/volatile and enums resolve to their integer type (an enum is
@@ -61,16 +61,16 @@ class _Walker:
 
     def scalar(self, t: CData, member: str) -> str:
         """The DSL type of an int/enum/pointer BTF type."""
-        kind = lib.btf_kind(t)
+        kind = _libbpf.btf_kind(t)
         if kind == lib.BTF_KIND_INT:
-            if lib.btf_int_offset(t) or lib.btf_int_bits(t) != t.size * 8:
+            if _libbpf.btf_int_offset(t) or _libbpf.btf_int_bits(t) != t.size * 8:
                 raise self.refuse(member, "is a bit-sized integer")
             name = _libbpf.btf__name_by_offset(self.btf, t.name_off)
             if t.size == 1 and name in ("char", "signed char", "unsigned char"):
                 return "char" if name == "char" else ("i8" if name == "signed char" else "u8")
-            return _INT_NAMES[(t.size, bool(lib.btf_int_encoding(t) & lib.BTF_INT_SIGNED))]
+            return _INT_NAMES[(t.size, bool(_libbpf.btf_int_encoding(t) & lib.BTF_INT_SIGNED))]
         if kind in (lib.BTF_KIND_ENUM, lib.BTF_KIND_ENUM64):
-            return _INT_NAMES[(t.size, bool(lib.btf_kflag(t)))]
+            return _INT_NAMES[(t.size, bool(_libbpf.btf_kflag(t)))]
         if kind == lib.BTF_KIND_PTR:
             return "ptr"
         kinds = {lib.BTF_KIND_FLOAT: "is a floating-point number", lib.BTF_KIND_FUNC_PROTO: "is a function"}
@@ -79,7 +79,7 @@ class _Walker:
     def member(self, type_id: int, name: str, offset: int) -> None:
         """Add the rows for one member of type ``type_id`` at byte ``offset``."""
         _, t = self.type(type_id, name)
-        kind = lib.btf_kind(t)
+        kind = _libbpf.btf_kind(t)
         if kind in (lib.BTF_KIND_STRUCT, lib.BTF_KIND_UNION):
             self.record(t, name, offset)
         elif kind == lib.BTF_KIND_ARRAY:
@@ -88,16 +88,16 @@ class _Walker:
             self.rows.append((name, self.scalar(t, name), 1, offset))
 
     def array(self, t: CData, name: str, offset: int) -> None:
-        arr = lib.btf_array(t)
+        arr = _libbpf.btf_array(t)
         count = int(arr.nelems)
         _, elem = self.type(arr.type, name)
-        while lib.btf_kind(elem) == lib.BTF_KIND_ARRAY:  # int a[2][3] -> 6 ints
-            inner = lib.btf_array(elem)
+        while _libbpf.btf_kind(elem) == lib.BTF_KIND_ARRAY:  # int a[2][3] -> 6 ints
+            inner = _libbpf.btf_array(elem)
             count *= int(inner.nelems)
             _, elem = self.type(inner.type, name)
         if count == 0:
             return  # a flexible array member occupies no bytes of the struct
-        if lib.btf_kind(elem) in (lib.BTF_KIND_STRUCT, lib.BTF_KIND_UNION):
+        if _libbpf.btf_kind(elem) in (lib.BTF_KIND_STRUCT, lib.BTF_KIND_UNION):
             for i in range(count):
                 self.record(elem, f"{name}.{i}", offset + i * int(elem.size))
         else:
@@ -105,17 +105,17 @@ class _Walker:
 
     def record(self, t: CData, prefix: str, offset: int) -> None:
         """Flatten a struct (every member) or a union (its first member)."""
-        members = lib.btf_members(t)
-        vlen = lib.btf_vlen(t)
-        if lib.btf_kind(t) == lib.BTF_KIND_UNION:
+        members = _libbpf.btf_members(t)
+        vlen = _libbpf.btf_vlen(t)
+        if _libbpf.btf_kind(t) == lib.BTF_KIND_UNION:
             vlen = min(vlen, 1)
         for i in range(vlen):
             m = members[i]
             mname = _libbpf.btf__name_by_offset(self.btf, m.name_off)
             full = f"{prefix}.{mname}" if prefix and mname else (mname or prefix)
-            if lib.btf_member_bitfield_size(t, i):
-                raise self.refuse(full or f"#{i}", f"is a bitfield ({lib.btf_member_bitfield_size(t, i)} bits)")
-            self.member(m.type, full, offset + lib.btf_member_bit_offset(t, i) // 8)
+            if _libbpf.btf_member_bitfield_size(t, i):
+                raise self.refuse(full or f"#{i}", f"is a bitfield ({_libbpf.btf_member_bitfield_size(t, i)} bits)")
+            self.member(m.type, full, offset + _libbpf.btf_member_bit_offset(t, i) // 8)
 
 
 def _missing_struct(btf: CData, name: str, owner: str) -> KeyError:
@@ -150,7 +150,7 @@ def type_layout(btf: CData, type_id: int, label: str) -> tuple[list[tuple[str, s
     """
     walker = _Walker(btf, label)
     _, t = walker.type(type_id, label)
-    if lib.btf_kind(t) not in (lib.BTF_KIND_STRUCT, lib.BTF_KIND_UNION):
+    if _libbpf.btf_kind(t) not in (lib.BTF_KIND_STRUCT, lib.BTF_KIND_UNION):
         return None, 0
     walker.record(t, "", 0)
     return walker.rows, int(t.size)
@@ -161,7 +161,7 @@ def struct_names(btf: CData) -> list[str]:
     names = []
     for type_id in range(1, _libbpf.btf__type_cnt(btf)):
         t = _libbpf.btf__type_by_id(btf, type_id, "btf__type_by_id")
-        if lib.btf_kind(t) == lib.BTF_KIND_STRUCT and t.name_off:
+        if _libbpf.btf_kind(t) == lib.BTF_KIND_STRUCT and t.name_off:
             names.append(_libbpf.btf__name_by_offset(btf, t.name_off))
     return names
 
@@ -179,7 +179,7 @@ def struct_event_def(btf: CData, name: str, owner: str = "the object") -> EventD
     there is no such struct; ``owner`` names the object in that message.
     """
     rows, size = struct_layout(btf, name, owner)
-    return EventDef._from_layout(printable_name(name), rows, size)
+    return EventDef.from_layout(printable_name(name), rows, size)
 
 
 # --- typed values ----------------------------------------------------------------------------
@@ -374,24 +374,24 @@ def value_type(btf: CData, type_id: int, label: str) -> ValueType:
     what = f"btf({label})"
     resolved = _libbpf.btf__resolve_type(btf, type_id, what)
     t = _libbpf.btf__type_by_id(btf, resolved, what)
-    kind = lib.btf_kind(t)
+    kind = _libbpf.btf_kind(t)
     if kind == lib.BTF_KIND_INT:
-        if lib.btf_int_offset(t) or lib.btf_int_bits(t) != t.size * 8 or t.size not in _INT_FORMATS:
-            return BytesType(int(t.size), f"{label} is a {lib.btf_int_bits(t)}-bit integer")
-        encoding = lib.btf_int_encoding(t)
+        if _libbpf.btf_int_offset(t) or _libbpf.btf_int_bits(t) != t.size * 8 or t.size not in _INT_FORMATS:
+            return BytesType(int(t.size), f"{label} is a {_libbpf.btf_int_bits(t)}-bit integer")
+        encoding = _libbpf.btf_int_encoding(t)
         if encoding & lib.BTF_INT_BOOL:
             return IntType("bool", int(t.size), False, is_bool=True)
         signed = bool(encoding & lib.BTF_INT_SIGNED)
         return IntType(_INT_NAMES[(int(t.size), signed)], int(t.size), signed)
     if kind in (lib.BTF_KIND_ENUM, lib.BTF_KIND_ENUM64):
-        signed = bool(lib.btf_kflag(t))
+        signed = bool(_libbpf.btf_kflag(t))
         return IntType(_INT_NAMES[(int(t.size), signed)], int(t.size), signed, enumerators=_enumerators(btf, t))
     if kind == lib.BTF_KIND_PTR:
         return IntType("ptr", 8, False)
     if kind == lib.BTF_KIND_FLOAT and t.size in (4, 8):
         return FloatType(int(t.size))
     if kind == lib.BTF_KIND_ARRAY:
-        arr = lib.btf_array(t)
+        arr = _libbpf.btf_array(t)
         elem = value_type(btf, arr.type, label)
         count = int(arr.nelems)
         if elem.name in ("i8", "u8") and _is_char(btf, arr.type):
@@ -403,7 +403,7 @@ def value_type(btf: CData, type_id: int, label: str) -> ValueType:
         name = _libbpf.btf__name_by_offset(btf, t.name_off) or label
         try:
             rows, size = type_layout(btf, resolved, name)
-            return RecordType(EventDef._from_layout(name, rows or [], size))
+            return RecordType(EventDef.from_layout(name, rows or [], size))
         except ValueError as e:
             return BytesType(int(t.size), str(e))
     size = _libbpf.btf__resolve_size(btf, resolved, what) if kind != lib.BTF_KIND_FUNC_PROTO else 0
@@ -412,22 +412,23 @@ def value_type(btf: CData, type_id: int, label: str) -> ValueType:
 
 def _is_char(btf: CData, type_id: int) -> bool:
     t = _libbpf.btf__type_by_id(btf, _libbpf.btf__resolve_type(btf, type_id, "btf(char)"), "btf(char)")
-    return lib.btf_kind(t) == lib.BTF_KIND_INT and t.size == 1 and \
+    return _libbpf.btf_kind(t) == lib.BTF_KIND_INT and t.size == 1 and \
         _libbpf.btf__name_by_offset(btf, t.name_off) in ("char", "signed char", "unsigned char")
 
 
 def _enumerators(btf: CData, t: CData) -> dict[str, int]:
     out = {}
-    if lib.btf_kind(t) == lib.BTF_KIND_ENUM:
-        items = lib.btf_enum(t)
-        for i in range(lib.btf_vlen(t)):
+    if _libbpf.btf_kind(t) == lib.BTF_KIND_ENUM:
+        items = _libbpf.btf_enum(t)
+        signed = _libbpf.btf_kflag(t)
+        for i in range(_libbpf.btf_vlen(t)):
             value = int(items[i].val)
-            out[_libbpf.btf__name_by_offset(btf, items[i].name_off)] = value if lib.btf_kflag(t) else value & 0xFFFFFFFF
+            out[_libbpf.btf__name_by_offset(btf, items[i].name_off)] = value if signed else value & 0xFFFFFFFF
     else:
-        items64 = lib.btf_enum64(t)
-        for i in range(lib.btf_vlen(t)):
-            value = int(lib.btf_enum64_value(items64 + i))
-            if lib.btf_kflag(t) and value >= 1 << 63:
+        items64 = _libbpf.btf_enum64(t)
+        for i in range(_libbpf.btf_vlen(t)):
+            value = int(_libbpf.btf_enum64_value(items64 + i))
+            if _libbpf.btf_kflag(t) and value >= 1 << 63:
                 value -= 1 << 64
             out[_libbpf.btf__name_by_offset(btf, items64[i].name_off)] = value
     return out
@@ -448,15 +449,15 @@ def datasec_vars(btf: CData, type_id: int) -> tuple[str, list[DataSecVar]] | Non
     if type_id <= 0:
         return None
     t = _libbpf.btf__type_by_id(btf, type_id, "btf(datasec)")
-    if lib.btf_kind(t) != lib.BTF_KIND_DATASEC:
+    if _libbpf.btf_kind(t) != lib.BTF_KIND_DATASEC:
         return None
     section = _libbpf.btf__name_by_offset(btf, t.name_off)
-    infos = lib.btf_var_secinfos(t)
+    infos = _libbpf.btf_var_secinfos(t)
     out = []
-    for i in range(lib.btf_vlen(t)):
+    for i in range(_libbpf.btf_vlen(t)):
         info = infos[i]
         var = _libbpf.btf__type_by_id(btf, info.type, f"btf({section})")
-        if lib.btf_kind(var) != lib.BTF_KIND_VAR:
+        if _libbpf.btf_kind(var) != lib.BTF_KIND_VAR:
             continue
         out.append(DataSecVar(_libbpf.btf__name_by_offset(btf, var.name_off), int(info.offset), int(info.size),
                               int(var.type)))

@@ -16,7 +16,7 @@ Layouts:
 * ``layout="c"`` places each field at its natural C alignment (the element size:
   1, 2, 4 or 8 bytes, as on x86-64 and the BPF target) and pads the tail to the
   largest alignment, as ``sizeof`` does.
-* :meth:`EventDef._from_layout` takes explicit offsets and a size, e.g. what the
+* :meth:`EventDef.from_layout` takes explicit offsets and a size, e.g. what the
   compiler laid out as recorded in BTF.
 
 Conventions of parsed records:
@@ -237,7 +237,7 @@ class EventDef:
     """An immutable event layout: named, typed fields at fixed offsets in ``size`` bytes.
 
     Make one with :func:`defevent` or :func:`make_event_def`; a BTF reader uses
-    :meth:`_from_layout`.  Two definitions are equal when their names, fields and
+    :meth:`from_layout`.  Two definitions are equal when their names, fields and
     sizes are equal.
     """
 
@@ -268,7 +268,7 @@ class EventDef:
     _attrs: dict[str, str]  # attribute name -> field name
 
     def __init__(self, name: str, fields: Iterable[EventField], size: int, layout: str) -> None:
-        """Validate and build; prefer :func:`defevent` or :meth:`_from_layout`.
+        """Validate and build; prefer :func:`defevent` or :meth:`from_layout`.
 
         Raises ``ValueError`` if there are no fields, names repeat (also after the
         dot-to-underscore attribute mapping), a field lies outside ``size`` bytes
@@ -349,7 +349,7 @@ class EventDef:
         sets(self, "_attrs", attrs)
 
     @classmethod
-    def _from_layout(cls, name: str, rows: Iterable[tuple[str, str, int, int]], size: int) -> EventDef:
+    def from_layout(cls, name: str, rows: Iterable[tuple[str, str, int, int]], size: int) -> EventDef:
         """Build from explicit ``(field, type, count, offset)`` rows and a struct size.
 
         For layouts a compiler decided (BTF).  Fields are ordered by offset; gaps

@@ -336,7 +336,7 @@ def test_store_event_field_errors() -> None:
         asm.store_event_field("r6", ConnectionEvent, "uid", "r7")
     with pytest.raises(ValueError, match=r"bad register 'r12'"):
         asm.store_event_field("r12", ConnectionEvent, "pid", "r7")
-    far = EventDef._from_layout("far", [("x", "u32", 1, 40000)], 40004)
+    far = EventDef.from_layout("far", [("x", "u32", 1, 40000)], 40004)
     with pytest.raises(ValueError, match=r"field 'x' of event 'far' at offset 40000 is beyond"):
         asm.store_event_field("r1", far, "x", "r2")
 

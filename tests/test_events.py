@@ -419,7 +419,7 @@ def test_parse_many_copies_the_input() -> None:
 
 def test_numpy_dtype_of_explicit_layout() -> None:
     pytest.importorskip("numpy")
-    e = EventDef._from_layout("sockaddr_ev", [("addr.sin_port", "u16", 1, 2), ("pid", "u32", 1, 8)], 16)
+    e = EventDef.from_layout("sockaddr_ev", [("addr.sin_port", "u16", 1, 2), ("pid", "u32", 1, 8)], 16)
     dt = e.numpy_dtype()
     assert dt.itemsize == 16
     assert dt.fields["addr.sin_port"][1] == 2
@@ -439,7 +439,7 @@ def test_numpy_missing_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_from_layout_dotted_names() -> None:
-    e = EventDef._from_layout(
+    e = EventDef.from_layout(
         "conn",
         [("pid", "u32", 1, 0), ("addr.sin_port", "u16", 1, 6), ("addr.sin_family", "u16", 1, 4)],
         12,
@@ -454,7 +454,7 @@ def test_from_layout_dotted_names() -> None:
 
 
 def test_attribute_names_avoid_keywords_and_own_names() -> None:
-    e = EventDef._from_layout("kw", [("from", "u8", 1, 0), ("count", "u8", 1, 1), ("_fields", "u8", 1, 2)], 3)
+    e = EventDef.from_layout("kw", [("from", "u8", 1, 0), ("count", "u8", 1, 1), ("_fields", "u8", 1, 2)], 3)
     rec = e.parse(b"\1\2\3")
     assert (rec.from_, rec.count, rec._fields_) == (1, 2, 3)
     assert rec._fields == ("from", "count", "_fields")
@@ -495,17 +495,17 @@ def test_partial_parse_of_a_shorter_trailing_array() -> None:
 
 def test_from_layout_errors() -> None:
     with pytest.raises(ValueError, match=r"field 'b' at offset 2 overlaps field 'a'"):
-        EventDef._from_layout("ov", [("a", "u32", 1, 0), ("b", "u8", 1, 2)], 8)
+        EventDef.from_layout("ov", [("a", "u32", 1, 0), ("b", "u8", 1, 2)], 8)
     with pytest.raises(ValueError, match=r"field 'a' at offset 6 with size 4 does not fit in 8"):
-        EventDef._from_layout("oob", [("a", "u32", 1, 6)], 8)
+        EventDef.from_layout("oob", [("a", "u32", 1, 6)], 8)
     with pytest.raises(ValueError, match=r"field 'a' at offset -1"):
-        EventDef._from_layout("neg", [("a", "u8", 1, -1)], 8)
+        EventDef.from_layout("neg", [("a", "u8", 1, -1)], 8)
     with pytest.raises(ValueError, match="size must be >= 1, got 0"):
-        EventDef._from_layout("z", [("a", "u8", 1, 0)], 0)
+        EventDef.from_layout("z", [("a", "u8", 1, 0)], 0)
     with pytest.raises(ValueError, match=r"fields 'a\.b' and 'a_b' map to the same attribute 'a_b'"):
-        EventDef._from_layout("col", [("a.b", "u8", 1, 0), ("a_b", "u8", 1, 1)], 2)
+        EventDef.from_layout("col", [("a.b", "u8", 1, 0), ("a_b", "u8", 1, 1)], 2)
     with pytest.raises(ValueError, match=r"layout row #0 must be \(field, type, count, offset\)"):
-        EventDef._from_layout("bad", [("a", "u8", 1)], 2)  # type: ignore[list-item]
+        EventDef.from_layout("bad", [("a", "u8", 1)], 2)  # type: ignore[list-item]
 
 
 # -- bad definitions -----------------------------------------------------------
