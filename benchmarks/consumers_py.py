@@ -132,7 +132,7 @@ def ringbuf_batch(size: int, check: SeqCheck) -> Reader:
     rb = RingBuffer(obj.maps[RING_MAP], lambda data: None)
 
     def step(timeout_ms: int) -> int:
-        batch = rb.read_batch(timeout_ms)
+        batch = rb.read_batch(timeout_ms / 1000)   # seconds
         return check.walk(batch, len(batch))
 
     return Reader(step, trigger, failures, closing(rb, obj))
@@ -147,7 +147,8 @@ def ringbuf_numpy(size: int, check: SeqCheck) -> Reader:
     ev.numpy_dtype()   # warm up: numpy is imported on first use, which would count in the first batch
     obj, trigger, failures = libbpf_producer("ringbuf", size)
     rb = RingBuffer(obj.maps[RING_MAP], lambda data: None)
-    return Reader(lambda t: check.walk_array(rb.read_batch(t).to_numpy(ev)), trigger, failures, closing(rb, obj))
+    return Reader(lambda t: check.walk_array(rb.read_batch(t / 1000).to_numpy(ev)), trigger, failures,
+                  closing(rb, obj))
 
 
 #: Bytes of the array a read_into row fills per call: about what one read_batch drains (cache-sized).
@@ -220,7 +221,7 @@ def perfbuf_batch(size: int, check: SeqCheck) -> Reader:
     pb = PerfBuffer(obj.maps[PERF_MAP], lambda cpu, data: None, page_cnt=PERF_PAGES)
 
     def step(timeout_ms: int) -> int:
-        batch = pb.read_batch(timeout_ms)
+        batch = pb.read_batch(timeout_ms / 1000)   # seconds
         return check.walk(batch, len(batch))
 
     return Reader(step, trigger, failures, closing(pb, obj))

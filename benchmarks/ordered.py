@@ -135,7 +135,7 @@ def python_reader(name: str, obj: Any) -> ReaderParts:
             clock.restore()
         return rd.read_batch, close, extra
     pb = PerfBuffer(obj.maps["events"], lambda cpu, data: None, page_cnt=PAGES)
-    return (lambda timeout: pb.read_batch(int(timeout * 1000))), pb.close, lambda: {"lost_samples": pb.lost_samples}
+    return pb.read_batch, pb.close, lambda: {"lost_samples": pb.lost_samples}
 
 
 def run_python(name: str, mode: str, size: int, events: int, min_time: float) -> dict[str, Any]:

@@ -412,13 +412,20 @@ class BatchReader(Closable, _into.HandsBackOdd):
         """Deliver whatever is available now, without waiting; returns how many."""
         return self.poll(0)
 
-    @one_caller(Batch.empty)
-    def read_batch(self, timeout_ms: int = -1) -> Batch:
-        """Wait up to ``timeout_ms`` (-1: forever) and return what one C drain produced.
+    def read_batch(self, timeout: float | None = None) -> Batch:
+        """Wait up to ``timeout`` seconds (None: forever; 0: do not wait) and return what one C
+        drain produced.
 
         The fast path: no callback is called. The batch (empty on timeout) holds
-        copies, valid for as long as it (or a view of it) is referenced.
+        copies, valid for as long as it (or a view of it) is referenced. Another
+        thread's poll/consume/read_batch on this reader is waited for (within the
+        timeout). ValueError for a negative or non-finite ``timeout``;
+        ClosedError once closed (also when closed by another thread during the wait).
         """
+        return self._read_batch_ms(_check.seconds_to_ms(timeout))
+
+    @one_caller(Batch.empty)
+    def _read_batch_ms(self, timeout_ms: int) -> Batch:
         if not self._fill(timeout_ms):
             return Batch.empty()
         batch, self._pending = self._pending, None

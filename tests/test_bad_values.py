@@ -124,7 +124,7 @@ PARAMS: list[Param] = [
           lambda c, v: _closing(RingBuffer(c.rb.maps["rb"], _nothing), lambda rb: rb.add(c.rb.maps["rb2"], v))),
     Param("RingBuffer.poll(timeout_ms)", "timeout_ms", "timeout_ms",
           lambda c, v: _closing(RingBuffer(c.rb.maps["rb"], _nothing), lambda rb: rb.poll(v))),
-    Param("RingBuffer.read_batch(timeout_ms)", "timeout_ms", "timeout_ms",
+    Param("RingBuffer.read_batch(timeout=)", "timeout", "timeout",
           lambda c, v: _closing(RingBuffer(c.rb.maps["rb"], _nothing), lambda rb: rb.read_batch(v))),
     # --- PerfBuffer --------------------------------------------------------------------------------
     Param("PerfBuffer(map, cb, page_cnt=)", "page_cnt", "count",
@@ -134,7 +134,7 @@ PARAMS: list[Param] = [
           lambda c, v: PerfBuffer(c.perf.maps["events"], _nothing, lost_callback=v)),
     Param("PerfBuffer.poll(timeout_ms)", "timeout_ms", "timeout_ms",
           lambda c, v: _closing(PerfBuffer(c.perf.maps["events"], _nothing), lambda pb: pb.poll(v))),
-    Param("PerfBuffer.read_batch(timeout_ms)", "timeout_ms", "timeout_ms",
+    Param("PerfBuffer.read_batch(timeout=)", "timeout", "timeout",
           lambda c, v: _closing(PerfBuffer(c.perf.maps["events"], _nothing), lambda pb: pb.read_batch(v))),
     Param("PerfBuffer.buffer(i)", "i", "int",
           lambda c, v: _closing(PerfBuffer(c.perf.maps["events"], _nothing), lambda pb: pb.buffer(v))),

@@ -464,8 +464,8 @@ def blocked_reader(name: str, rb_obj: BPFObject, perf_obj: BPFObject, ord_obj: B
                        lambda: rb.poll(ms) == 1)
     if name == "RingBuffer.read_batch":
         rb = RingBuffer(rb_obj.maps["rb"], lambda _d: None)
-        return Blocked(rb, lambda: rb.read_batch(-1), lambda: emit_ring(rb_obj.programs["emit"], 1),
-                       lambda: len(rb.read_batch(ms)) == 1)
+        return Blocked(rb, lambda: rb.read_batch(), lambda: emit_ring(rb_obj.programs["emit"], 1),
+                       lambda: len(rb.read_batch(TIMEOUT)) == 1)
     if name == "PerfBuffer.poll":
         pb = PerfBuffer(perf_obj.maps["events"], lambda _c, _d: None)
         return Blocked(pb, lambda: pb.poll(-1), lambda: emit_perf(perf_obj.programs["emit_perf"], 1, cpu=0),

@@ -449,7 +449,7 @@ def test_two_threads_on_one_reader_get_each_record_once(bpf_objects: dict[str, P
             elif name == "RingBuffer.consume":
                 read = lambda: (rb.consume(), take())[1]  # noqa: E731
             else:
-                read = lambda: count([slow(rb_event(d)[0]) for d in rb.read_batch(50)])  # noqa: E731
+                read = lambda: count([slow(rb_event(d)[0]) for d in rb.read_batch(0.05)])  # noqa: E731
         elif name.startswith("PerfBuffer"):
             pb = stack.enter_context(PerfBuffer(pf_o.maps["events"],
                                                 lambda _c, d: sink().append(slow(struct.unpack_from("<Q", d)[0])),
@@ -458,7 +458,7 @@ def test_two_threads_on_one_reader_get_each_record_once(bpf_objects: dict[str, P
             if name == "PerfBuffer.poll":
                 read = lambda: (pb.poll(50), take())[1]  # noqa: E731
             else:
-                read = lambda: count([slow(struct.unpack_from("<Q", d)[0]) for d in pb.read_batch(50)])  # noqa: E731
+                read = lambda: count([slow(struct.unpack_from("<Q", d)[0]) for d in pb.read_batch(0.05)])  # noqa: E731
         elif name == "PerfReader.read":
             pr = stack.enter_context(PerfReader(pf_o.maps["events"], per_cpu_buffer=1 << 16))
             emit_perf(pf_o.programs["emit_perf"], N, cpu=0)
