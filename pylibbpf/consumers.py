@@ -39,7 +39,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from . import _check, _close, _libbpf, _shim
 from ._close import Callback, Waiter, current_pid
@@ -935,46 +935,51 @@ class SamplingConsumer(BackpressureConsumer):
                                  sample_rate=self._sample_rate)
 
 
+ConsumerT = TypeVar("ConsumerT", bound=_Consumer)
+
+
 @contextlib.contextmanager
-def ringbuf_consumer(map: Map, callback: Callback | None, deserializer: Callback | None = None,
-                     batch_size: int = 64) -> Iterator[RingBufConsumer]:
-    """``with ringbuf_consumer(map, callback) as c:`` a started :class:`RingBufConsumer`, stopped on exit."""
-    consumer = RingBufConsumer(map, callback, deserializer, batch_size)
+def _started(make: Callable[[], ConsumerT], drain_timeout: float | None) -> Iterator[ConsumerT]:
+    """Make the consumer on entry, start it, and stop it on exit (with ``drain_timeout``, if given)."""
+    consumer = make()
     consumer.start()
     try:
         yield consumer
     finally:
-        consumer.stop()
+        if drain_timeout is None:
+            consumer.stop()
+        else:
+            consumer.stop(drain_timeout)
 
 
-@contextlib.contextmanager
-def backpressure_consumer(map: Map, callback: Callback | None, deserializer: Callback | None = None,
-                          max_pending: int = 10000, drop_handler: Callback | None = None, batch_size: int = 64,
-                          *, max_pending_bytes: int | None = None,
-                          drain_timeout: float = 5.0) -> Iterator[BackpressureConsumer]:
-    """``with backpressure_consumer(map, callback, ...) as bc:`` started, stopped (with drain) on exit."""
-    consumer = BackpressureConsumer(map, callback, deserializer, max_pending, drop_handler, batch_size,
-                                    max_pending_bytes=max_pending_bytes)
-    consumer.start()
-    try:
-        yield consumer
-    finally:
-        consumer.stop(drain_timeout)
+# The helpers take their class's parameters as they are (positional and keyword alike),
+# so a parameter added to a class is a parameter of its helper too.
+
+def ringbuf_consumer(map: Map, callback: Callback | None, *args: Any,
+                     **kwargs: Any) -> contextlib.AbstractContextManager[RingBufConsumer]:
+    """``with ringbuf_consumer(map, callback) as c:`` a started :class:`RingBufConsumer`, stopped on exit.
+
+    Every other argument is :class:`RingBufConsumer`'s.
+    """
+    return _started(lambda: RingBufConsumer(map, callback, *args, **kwargs), None)
 
 
-@contextlib.contextmanager
-def sampling_consumer(map: Map, callback: Callback | None, sample_rate: float = 0.1,
-                      deserializer: Callback | None = None, seed: int | None = None, *, max_pending: int = 1000,
-                      drop_handler: Callback | None = None, batch_size: int = 64,
-                      drain_timeout: float = 5.0) -> Iterator[SamplingConsumer]:
-    """``with sampling_consumer(map, callback, 0.1) as sc:`` started, stopped on exit."""
-    consumer = SamplingConsumer(map, callback, sample_rate, deserializer, seed, max_pending=max_pending,
-                                drop_handler=drop_handler, batch_size=batch_size)
-    consumer.start()
-    try:
-        yield consumer
-    finally:
-        consumer.stop(drain_timeout)
+def backpressure_consumer(map: Map, callback: Callback | None, *args: Any, drain_timeout: float = 5.0,
+                          **kwargs: Any) -> contextlib.AbstractContextManager[BackpressureConsumer]:
+    """``with backpressure_consumer(map, callback, ...) as bc:`` started, stopped (with drain) on exit.
+
+    ``drain_timeout`` goes to ``stop()``; every other argument is :class:`BackpressureConsumer`'s.
+    """
+    return _started(lambda: BackpressureConsumer(map, callback, *args, **kwargs), drain_timeout)
+
+
+def sampling_consumer(map: Map, callback: Callback | None, *args: Any, drain_timeout: float = 5.0,
+                      **kwargs: Any) -> contextlib.AbstractContextManager[SamplingConsumer]:
+    """``with sampling_consumer(map, callback, 0.1) as sc:`` started, stopped (with drain) on exit.
+
+    ``drain_timeout`` goes to ``stop()``; every other argument is :class:`SamplingConsumer`'s.
+    """
+    return _started(lambda: SamplingConsumer(map, callback, *args, **kwargs), drain_timeout)
 
 
 __all__ = [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import math
 import os
@@ -669,3 +670,35 @@ def test_gil_scenario_sanity(gil_holder: Callable[[], None]) -> None:
         done.set()
         spinner.join()
     assert any(4 * held < free for held, free in samples), samples
+
+
+# Each helper and its class, with every parameter of the class beyond (map, callback) and a
+# value the class refuses (None: nothing to refuse; a valid value must be accepted instead).
+HELPERS = [
+    (ringbuf_consumer, RingBufConsumer, {"deserializer": 5, "batch_size": 0}),
+    (backpressure_consumer, BackpressureConsumer,
+     {"deserializer": 5, "max_pending": 0, "drop_handler": 5, "batch_size": 0, "max_pending_bytes": 0}),
+    (sampling_consumer, SamplingConsumer,
+     {"sample_rate": 2.0, "deserializer": 5, "seed": None, "max_pending": 0, "drop_handler": 5, "batch_size": 0,
+      "max_pending_bytes": 0}),
+]
+
+
+@pytest.mark.parametrize(("helper", "cls", "refused"), HELPERS, ids=[c.__name__ for _, c, _ in HELPERS])
+def test_a_helper_takes_every_parameter_of_its_class(obj: BPFObject, helper: Any, cls: type,
+                                                     refused: dict[str, Any]) -> None:
+    """The helper hands each parameter to the class: the class's own check names it (not a
+    TypeError of the helper's signature), and a valid value gives a started consumer."""
+    params = [name for name in inspect.signature(cls).parameters if name not in ("map", "callback")]
+    assert sorted(params) == sorted(refused), "a parameter of the class is missing from this table"
+    for name, bad in refused.items():
+        if bad is not None:
+            with pytest.raises((TypeError, ValueError), match=rf"^{name} must"), \
+                    helper(obj.maps["rb"], lambda _r: None, **{name: bad}):
+                pytest.fail(f"{helper.__name__}({name}={bad!r}) started")
+        value = 7 if bad is None else inspect.signature(cls).parameters[name].default
+        with helper(obj.maps["rb"], lambda _r: None, **{name: value}) as c:
+            assert isinstance(c, cls) and c.running
+    with helper(obj.maps["rb"], lambda _r: None, **{n: inspect.signature(cls).parameters[n].default
+                                                  for n in params}) as c:
+        assert c.running
