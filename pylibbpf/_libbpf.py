@@ -1,8 +1,10 @@
 """The checked layer: libbpf calls under their C names, every return checked in one place.
 
-Public classes call these functions, never ``lib`` directly. A negative return
-or a NULL pointer becomes a :class:`~pylibbpf.errors.BPFError` carrying the errno
-and libbpf's own message; nothing here decides policy beyond that.
+Public classes call these functions, never ``lib`` directly (the shim's own
+``plb_*`` calls are in :mod:`pylibbpf._shim`, which shares the error helpers
+below). A negative return or a NULL pointer becomes a
+:class:`~pylibbpf.errors.BPFError` carrying the errno and libbpf's own message;
+nothing here decides policy beyond that.
 """
 
 from __future__ import annotations
@@ -413,7 +415,7 @@ def bpf_map_get_next_key(fd: int, key: CData, next_key: CData, what: str) -> boo
     return True
 
 
-# --- ring_buffer / perf_buffer ------------------------------------------------------------------
+# --- ring_buffer / perf_buffer (ringbuf.py, perfbuf.py; _rings.py: perf_buffer__new_raw) --------
 
 def ring_buffer__new(map_fd: int, ctx: CData, what: str) -> CData:
     return check_ptr(lib.ring_buffer__new(map_fd, lib.plb_ringbuf_collect, ctx, ffi.NULL), what)
@@ -421,10 +423,6 @@ def ring_buffer__new(map_fd: int, ctx: CData, what: str) -> CData:
 
 def ring_buffer__add(rb: CData, map_fd: int, ctx: CData, what: str) -> None:
     check(lib.ring_buffer__add(rb, map_fd, lib.plb_ringbuf_collect, ctx), what)
-
-
-def ring_buffer__consume_n(rb: CData, n: int, what: str) -> int:
-    return check(lib.ring_buffer__consume_n(rb, n), what)
 
 
 def ring_buffer__consume_into(rb: CData, batch: CData, n: int, what: str) -> int:
@@ -465,8 +463,9 @@ def perf_buffer__new(map_fd: int, page_cnt: int, ctx: CData, what: str) -> CData
                                           lib.plb_perfbuf_collect_lost, ctx, ffi.NULL), what)
 
 
-def perf_buffer__consume(pb: CData, what: str) -> int:
-    return check(lib.perf_buffer__consume(pb), what)
+def perf_buffer__new_raw(map_fd: int, page_cnt: int, attr: CData, event_cb: CData, ctx: CData,
+                         opts: CData, what: str) -> CData:
+    return check_ptr(lib.perf_buffer__new_raw(map_fd, page_cnt, attr, event_cb, ctx, opts), what)
 
 
 def perf_buffer__epoll_fd(pb: CData) -> int:
@@ -492,7 +491,7 @@ def perf_buffer__free(pb: CData) -> None:
     lib.perf_buffer__free(pb)
 
 
-# --- btf -----------------------------------------------------------------------------------------
+# --- btf (btf.py, build.py) -----------------------------------------------------------------------
 
 def btf__find_by_name_kind(btf: CData, name: str, kind: int) -> int:
     """The type id, or a negative value when there is no such type (not an error here)."""
@@ -586,14 +585,7 @@ def btf_var_secinfos(t: CData) -> CData:
     return lib.btf_var_secinfos(t)
 
 
-# --- perf_buffer with raw options (the per-CPU perf rings: _rings.py) ----------------------------
-
-def perf_buffer__new_raw(map_fd: int, page_cnt: int, attr: CData, event_cb: CData, ctx: CData,
-                         opts: CData, what: str) -> CData:
-    return check_ptr(lib.perf_buffer__new_raw(map_fd, page_cnt, attr, event_cb, ctx, opts), what)
-
-
-# --- programs: load knobs, attach family, pinning, stats (program.py) ----------------------------
+# --- programs and links: load knobs, attach family, pinning, iterators, stats (program.py) ------
 
 def _attached(call: Any, what: str, *args: Any) -> CData:
     """Call an attach function; on NULL, BPFError with libbpf's own last complaint appended.

@@ -31,10 +31,6 @@ def plb_batch_new(ncap: int, cap: int) -> CData:
     return ffi.gc(batch, lib.plb_batch_free)
 
 
-def plb_batch_reset(batch: CData) -> None:
-    lib.plb_batch_reset(batch)
-
-
 # --- the interruptible wait (csrc/plb_wait.h; the edge-triggered add and the fence: plb_perfattr.h) ---
 
 def plb_waiter_init(waiter: CData, fd: int, what: str) -> None:
@@ -145,10 +141,6 @@ def plb_rb_available(view: CData) -> int:
     return int(lib.plb_rb_available(view))
 
 
-def plb_rb_commit(view: CData, pos: int) -> None:
-    lib.plb_rb_commit(view, pos)
-
-
 def rb_producer_pos(view: CData) -> int:
     """The producer position (page 1 of the mapping).
 
@@ -181,11 +173,6 @@ def plb_queue_create(max_pending: int, byte_cap: int, drop_cap: int, drop_byte_c
 def plb_queue_destroy(q: CData) -> None:
     """Free the queue; a consumer still inside it makes the C side refuse (-EBUSY) and leak it instead."""
     lib.plb_queue_destroy(q)
-
-
-def plb_queue_push(q: CData, data: bytes) -> bool:
-    """True when queued, False when dropped (full, too big, or closed)."""
-    return bool(lib.plb_queue_push(q, data, len(data)))
 
 
 def plb_queue_pop_batch(q: CData, out: CData, out_cap: int, starts: CData, lens: CData, max_records: int,
@@ -222,10 +209,6 @@ def plb_reader_start(view: CData, wake_fd: int, q: CData, batch_size: int, what:
     out = ffi.new("struct plb_reader **")
     check(lib.plb_reader_start(out, view, wake_fd, q, batch_size), what)
     return out[0]
-
-
-def plb_reader_set_timeout(reader: CData, timeout_ms: int) -> None:
-    lib.plb_reader_set_timeout(reader, timeout_ms)
 
 
 def plb_reader_stop(reader: CData) -> int:
