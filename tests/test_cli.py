@@ -26,6 +26,7 @@ from progs import wait_until
 
 from pylibbpf import cli
 from pylibbpf.cli import _common as cli_common
+from pylibbpf.cli import trace as cli_trace
 
 COMMAND = [sys.executable, "-m", "pylibbpf"]
 READY_TIMEOUT = 60.0
@@ -381,7 +382,7 @@ def test_without_privileges_means_no_capability() -> None:
 
 def test_inspect_bundled_objects_without_privileges(bpf_privileged: None) -> None:
     """Inspect only opens the object: it works without any privilege, on every bundled tool."""
-    for tool in cli.TOOLS.values():
+    for tool in cli_trace.TOOLS.values():
         proc = run_command("inspect", "--json", "--struct", tool.event, str(tool.object_path),
                            prefix=without_privileges())
         assert proc.returncode == 0, proc.stderr
@@ -396,13 +397,13 @@ def test_rodata_configuration_before_load(bpf_privileged: None) -> None:
     """The filters travel in .rodata, set with Map.set_initial_value before load and frozen after."""
     from pylibbpf import BPFError, BPFObject
 
-    with BPFObject.open(cli.TOOLS["exec"].object_path) as obj:
+    with BPFObject.open(cli_trace.TOOLS["exec"].object_path) as obj:
         rodata = obj.maps["exec.rodata"]
         config = obj.btf_struct("tool_config")
         assert rodata.initial_value == bytes(config.size)
         with pytest.raises(ValueError, match="must be 32 bytes"):
             rodata.set_initial_value(b"short")
-        cli.configure(obj, pid=42, comm="a-very-long-command-name", use_perf=True)
+        cli_trace.configure(obj, pid=42, comm="a-very-long-command-name", use_perf=True)
         values = config.parse(rodata.initial_value)
         assert (values.target_tgid, values.exclude_tgid, values.use_perf) == (42, os.getpid(), 1)
         assert values.target_comm == "a-very-long-com"  # 15 bytes: what the kernel keeps of a name
@@ -444,17 +445,17 @@ def test_no_btf(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[s
 
 
 def test_tracefs_missing_and_not_mountable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(cli, "TRACEFS_DIRS", (tmp_path / "tracing", tmp_path / "debug" / "tracing"))
-    monkeypatch.setattr(cli, "_mount_tracefs", lambda where: "mount: permission denied")
+    monkeypatch.setattr(cli_trace, "TRACEFS_DIRS", (tmp_path / "tracing", tmp_path / "debug" / "tracing"))
+    monkeypatch.setattr(cli_trace, "_mount_tracefs", lambda where: "mount: permission denied")
     with pytest.raises(cli.CommandError, match=r"tracefs is not mounted .* permission denied"):
-        cli.ensure_tracefs()
+        cli_trace.ensure_tracefs()
 
 
 def test_tracefs_mounted_is_fine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (tmp_path / "tracing" / "events").mkdir(parents=True)
-    monkeypatch.setattr(cli, "TRACEFS_DIRS", (tmp_path / "tracing",))
-    monkeypatch.setattr(cli, "_mount_tracefs", lambda where: pytest.fail("mounted although present"))
-    cli.ensure_tracefs()
+    monkeypatch.setattr(cli_trace, "TRACEFS_DIRS", (tmp_path / "tracing",))
+    monkeypatch.setattr(cli_trace, "_mount_tracefs", lambda where: pytest.fail("mounted although present"))
+    cli_trace.ensure_tracefs()
 
 
 def test_bad_option_values() -> None:
@@ -468,10 +469,10 @@ def test_bad_option_values() -> None:
 # --- pieces ----------------------------------------------------------------------------------------
 
 def test_open_flags_text() -> None:
-    assert cli.open_flags(os.O_RDONLY) == "O_RDONLY"
-    assert cli.open_flags(os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC) == \
+    assert cli_trace.open_flags(os.O_RDONLY) == "O_RDONLY"
+    assert cli_trace.open_flags(os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC) == \
         "O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC"
-    assert cli.open_flags(os.O_RDWR | 0x40000000).startswith("O_RDWR|")
+    assert cli_trace.open_flags(os.O_RDWR | 0x40000000).startswith("O_RDWR|")
 
 
 def test_python_dash_m_help() -> None:
