@@ -193,3 +193,32 @@ def test_the_rules_catch_what_they_are_for() -> None:
         assert lib_uses("pylibbpf._probe") == ["pylibbpf._probe:6: lib.plb_waiter_wake"]
     finally:
         del MODULES["pylibbpf._probe"]
+
+
+def documented_order() -> list[str]:
+    """The modules of docs/architecture.md's table "Python modules", in its order."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    table = text.split("## Python modules", 1)[1].split("\n## ", 1)[0]
+    order: list[str] = []
+    for line in table.splitlines():
+        if not line.startswith("| `"):
+            continue
+        for cell in line.split("|")[1].split(","):
+            name = cell.strip().strip("`").removesuffix(".py").removesuffix("/")
+            order.append("pylibbpf" if name == "__init__" else f"pylibbpf.{name}")
+    return order
+
+
+def test_the_documented_module_order_is_the_import_order() -> None:
+    # docs/architecture.md: "a module imports only modules above it in this table".
+    order = documented_order()
+    edges = graph()
+    # A module of a subpackage counts as the subpackage (cli/trace.py is cli/).
+    subpackages = [o for o in order if o != "pylibbpf"]
+    top = {m: next((o for o in subpackages if m.startswith(o + ".")), m) for m in MODULES}
+    missing = sorted(m for m in MODULES if top[m] not in order and m not in ("pylibbpf._version", "pylibbpf.__main__"))
+    assert missing == [], f"modules missing from the table: {missing}"
+    upward = [f"{m} -> {t}" for m in MODULES for t in edges[m]
+              if top[m] in order and top[t] in order and top[m] != top[t]
+              and order.index(top[t]) > order.index(top[m])]
+    assert upward == []
