@@ -32,6 +32,8 @@ void plb_perfbuf_collect_lost(void *ctx, int cpu, unsigned long long cnt);
 #define PLB_BATCH_FULL ...
 
 /* csrc/plb_wait.h */
+struct ring_buffer;
+struct plb_batch;
 struct plb_waiter {
     int epfd;
     int evfd;
@@ -39,8 +41,10 @@ struct plb_waiter {
 };
 int plb_waiter_init(struct plb_waiter *w, int fd);
 int plb_waiter_add(struct plb_waiter *w, int fd);
+int plb_waiter_remove(struct plb_waiter *w, int fd);
 int plb_waiter_add_writable(struct plb_waiter *w, int fd);
 int plb_waiter_wait(struct plb_waiter *w, int timeout_ms);
+int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb, struct plb_batch *b, int max, int *drained);
 void plb_waiter_wake(struct plb_waiter *w);
 void plb_waiter_close(struct plb_waiter *w);
 int plb_fill_hole(void *addr, size_t len);

@@ -6,6 +6,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <bpf/libbpf.h>
+
+#include "plb_batch.h"
 #include "plb_wait.h"
 
 /* The eventfd is tagged with u64 = -1 so it cannot be mistaken for a watched fd. */
@@ -43,6 +46,11 @@ int plb_waiter_add(struct plb_waiter *w, int fd)
 	return epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
 }
 
+int plb_waiter_remove(struct plb_waiter *w, int fd)
+{
+	return epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL) < 0 ? -errno : 0;
+}
+
 int plb_waiter_add_writable(struct plb_waiter *w, int fd)
 {
 	struct epoll_event ev = { .events = EPOLLOUT | EPOLLET, .data.u64 = (uint64_t)fd };
@@ -65,6 +73,19 @@ int plb_waiter_wait(struct plb_waiter *w, int timeout_ms)
 			return -ECANCELED;
 		ready = 1;
 	}
+	return ready;
+}
+
+int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb,
+		      struct plb_batch *b, int max, int *drained)
+{
+	int ready = timeout_ms == 0 ? 1 : plb_waiter_wait(w, timeout_ms);
+
+	*drained = 0;
+	if (ready <= 0)
+		return ready;
+	plb_batch_reset(b);
+	*drained = ring_buffer__consume_n(rb, (size_t)max);
 	return ready;
 }
 

@@ -11,6 +11,9 @@
 
 #include <stddef.h>
 
+struct ring_buffer;
+struct plb_batch;
+
 struct plb_waiter {
 	int epfd;
 	int evfd;
@@ -20,6 +23,8 @@ struct plb_waiter {
 int plb_waiter_init(struct plb_waiter *w, int fd);
 /* Watch one more fd (e.g. several perf ring fds); returns 0 or -errno. */
 int plb_waiter_add(struct plb_waiter *w, int fd);
+/* Stop watching fd (undoes plb_waiter_add); returns 0 or -errno. */
+int plb_waiter_remove(struct plb_waiter *w, int fd);
 /* Watch fd for room to write (EPOLLOUT), edge-triggered: a user ring buffer
  * reports EPOLLOUT while any byte is free, so a level watch would spin while
  * the free space is too small for the record; an edge comes with each drain.
@@ -28,6 +33,18 @@ int plb_waiter_add_writable(struct plb_waiter *w, int fd);
 /* Wait up to timeout_ms (-1: forever): 1 when a watched fd is ready, 0 on
  * timeout, -ECANCELED once woken, -EINTR on a signal, else -errno. */
 int plb_waiter_wait(struct plb_waiter *w, int timeout_ms);
+/* Wait, then drain a libbpf ring_buffer into a batch, in one call: the
+ * latency path of RingBuffer.poll/read_batch. timeout_ms != 0: wait as
+ * plb_waiter_wait (the waiter should watch the ring buffer maps' own fds, not
+ * libbpf's epoll fd: an epoll set inside another one adds a wake-up hop);
+ * timeout_ms == 0: no wait. When ready (or not waiting), reset the batch and
+ * ring_buffer__consume_n(rb, max) into it (the rings were added with
+ * plb_ringbuf_collect); *drained = its result (records, or -errno; 0 when
+ * nothing was drained). Returns what the wait returned (1 ready, 0 timeout,
+ * -ECANCELED once woken, -EINTR on a signal, else -errno), 1 without a wait.
+ * No Python in between: the caller crosses into C once per wake-up. */
+int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb,
+		      struct plb_batch *b, int max, int *drained);
 /* Wake every waiter, now and later; safe from any thread. */
 void plb_waiter_wake(struct plb_waiter *w);
 /* Close both fds; the waiter must no longer be waited on. */

@@ -196,6 +196,14 @@ class Waiter:
             self.close()
             raise
 
+    def add(self, fd: int, what: str) -> None:
+        """Also wake when ``fd`` is readable."""
+        _shim.plb_waiter_add(self._w, fd, what)
+
+    def remove(self, fd: int, what: str) -> None:
+        """Stop watching ``fd`` (undoes :meth:`add`)."""
+        _shim.plb_waiter_remove(self._w, fd, what)
+
     def add_writable(self, fd: int, what: str) -> None:
         """Also wake when ``fd`` gains room to write (edge-triggered EPOLLOUT: each new room wakes once)."""
         _shim.plb_waiter_add_writable(self._w, fd, what)
@@ -205,21 +213,29 @@ class Waiter:
         """The epoll fd: readable when a watched fd is, or once woken (for asyncio)."""
         return int(self._w.epfd)
 
-    def wait(self, timeout_ms: int, what: str) -> bool:
+    def wait(self, timeout_ms: int, what: str, call: Callable[[CData, int], int] | None = None) -> bool:
         """Block (GIL released) until ready (True) or timeout (False); ClosedError once woken.
 
         A signal interrupts the wait and lets Python run its handler (Ctrl-C
         raises KeyboardInterrupt here); otherwise the wait resumes for the time left.
+        ``call(waiter, ms)``, when given, does the wait instead of
+        ``plb_waiter_wait`` (returning what it returns): a C call that waits
+        and then drains, so that nothing runs in Python between the two.
         """
-        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
+        # The deadline is needed only after a signal: the first wait takes timeout_ms as it is.
+        start, deadline, left = time.monotonic(), None, timeout_ms
         while True:
-            ret = _shim.plb_waiter_wait(self._w, _check.remaining_ms(deadline))
+            ret = _shim.plb_waiter_wait(self._w, left) if call is None else call(self._w, left)
+            if ret == -errno.EINTR:
+                if deadline is None and timeout_ms >= 0:
+                    deadline = start + timeout_ms / 1000
+                left = _check.remaining_ms(deadline)
+                continue
             if ret >= 0:
                 return ret > 0
             if ret == -errno.ECANCELED:
                 raise ClosedError(what)
-            if ret != -errno.EINTR:
-                raise _libbpf.error(-ret, f"{what}: epoll_wait")
+            raise _libbpf.error(-ret, f"{what}: epoll_wait")
 
     def wake(self) -> None:
         _shim.plb_waiter_wake(self._w)
@@ -348,9 +364,9 @@ class OneCaller:
         me = threading.get_ident()
         if self._owner == me:
             raise RuntimeError(f"{self._what}: called from its own callback; one call at a time")
-        if timeout_ms == 0:
-            taken = self._lock.acquire(False)
-        else:
+        # Uncontended (the usual case) the non-blocking try is all it costs.
+        taken = self._lock.acquire(False)
+        if not taken and timeout_ms != 0:
             taken = self._lock.acquire(timeout=-1 if timeout_ms < 0 else timeout_ms / 1000)
         if taken:
             self._owner = me

@@ -425,15 +425,12 @@ def ring_buffer__add(rb: CData, map_fd: int, ctx: CData, what: str) -> None:
     check(lib.ring_buffer__add(rb, map_fd, lib.plb_ringbuf_collect, ctx), what)
 
 
-def ring_buffer__consume_into(rb: CData, batch: CData, n: int, what: str) -> int:
-    """Drain up to ``n`` records into ``batch`` (reset first) through plb_ringbuf_collect.
+def check_collected(batch: CData, ret: int, what: str) -> int:
+    """Raise for a failed drain into ``batch`` (``ret``: ring_buffer__consume_n's result); the records collected.
 
-    Returns the records collected. The batch's own stop (byte limit reached) is
-    not an error; a libbpf error or a collection failure raises after the
-    records already collected were kept in the batch.
+    The batch's own stop (byte limit reached) is not an error; a libbpf error
+    or a collection failure raises, the records already collected stay in the batch.
     """
-    lib.plb_batch_reset(batch)
-    ret = lib.ring_buffer__consume_n(rb, n)
     if ret < 0 and not (ret == lib.PLB_BATCH_FULL and batch.full):
         raise error(-ret, what)
     if batch.err:

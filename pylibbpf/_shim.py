@@ -41,6 +41,20 @@ def plb_waiter_add(waiter: CData, fd: int, what: str) -> None:
     check(lib.plb_waiter_add(waiter, fd), what)
 
 
+def plb_waiter_remove(waiter: CData, fd: int, what: str) -> None:
+    check(lib.plb_waiter_remove(waiter, fd), what)
+
+
+def plb_rb_wait_drain(waiter: CData, timeout_ms: int, rb: CData, batch: CData, n: int, drained: CData) -> int:
+    """Wait up to ``timeout_ms`` (0: not at all), then drain up to ``n`` records into ``batch``, in one C call.
+
+    Returns the wait's result unchecked, as :func:`plb_waiter_wait` (the
+    caller's wait loop handles -EINTR and -ECANCELED); ``drained[0]`` is the
+    drain's, for ``_libbpf.check_collected``. Releases the GIL once for both.
+    """
+    return int(lib.plb_rb_wait_drain(waiter, timeout_ms, rb, batch, n, drained))
+
+
 def plb_waiter_add_writable(waiter: CData, fd: int, what: str) -> None:
     check(lib.plb_waiter_add_writable(waiter, fd), what)
 

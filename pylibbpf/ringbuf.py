@@ -27,6 +27,7 @@ from ._batch import Batch, BatchReader
 from ._close import Callback, Closable, Waiter
 from ._ffi import ffi, lib
 from ._rings import SAFETY_NET_MS, RingBufLayout, RingBufMaps, busy_pause, require_map_type
+from .errors import ClosedError
 from .maps import Map
 
 CData = Any
@@ -66,9 +67,12 @@ class RingBuffer(BatchReader):
         self._ctxs = [ffi.new("struct plb_rb_collect_ctx *", {"batch": self._batch, "ring": 0})]
         self._pending: Batch | None = None
         self._mapped: list[RingBufMaps] = []  # read_into's own mappings of the rings, made on first use
+        self._drained = ffi.new("int *")
         rb = _libbpf.ring_buffer__new(map.fd, self._ctxs[0], f"ring_buffer__new({map.name})")
         try:
-            self._waiter = Waiter([_libbpf.ring_buffer__epoll_fd(rb)], "RingBuffer")
+            # The maps' own fds, not libbpf's epoll fd: an epoll set inside ours would add a
+            # wake-up hop (see docs/benchmarks.md, "latency: where the time went").
+            self._waiter = Waiter([map.fd], "RingBuffer")
         except BaseException:
             _libbpf.ring_buffer__free(rb)
             raise
@@ -81,8 +85,17 @@ class RingBuffer(BatchReader):
         self._check_open()  # in a forked child: before the lock
         with self._lock:
             self._check_open()
+            if self._waiter is None:
+                raise ClosedError(self._what)
             ctx = ffi.new("struct plb_rb_collect_ctx *", {"batch": self._batch, "ring": len(self._ctxs)})
-            _libbpf.ring_buffer__add(self._rb, map.fd, ctx, f"ring_buffer__add({map.name})")
+            # Both or neither: a ring libbpf drains but the wait does not watch would never wake
+            # poll(-1); a watched ring libbpf does not drain would make every wait return at once.
+            self._waiter.add(map.fd, f"RingBuffer.add({map.name})")
+            try:
+                _libbpf.ring_buffer__add(self._rb, map.fd, ctx, f"ring_buffer__add({map.name})")
+            except BaseException:
+                self._waiter.remove(map.fd, f"RingBuffer.add({map.name})")
+                raise
             self._ctxs.append(ctx)
             self._maps.append(map)
             self._callbacks.append(callback)
@@ -106,13 +119,38 @@ class RingBuffer(BatchReader):
         async for batch, i in self._records():
             yield batch[i]
 
+    def _fill(self, timeout_ms: int) -> bool:
+        """Wait and drain into ``_pending`` in one C call (unless records are pending); False on timeout.
+
+        ``timeout_ms`` was checked by poll/read_batch. The wait watches the maps'
+        fds and the close eventfd; once one is ready, the same C call drains,
+        so the only Python between the wake-up and the first callback is the
+        batch's copy-out (see docs/benchmarks.md, "latency: where the time went").
+        """
+        self._check_open()
+        if self._pending is None:
+            with self._lock:
+                self._check_open()
+                if self._waiter is None:
+                    raise ClosedError(self._what)
+                return self._waiter.wait(timeout_ms, self._what, self._wait_drain)
+        return True
+
+    def _wait_drain(self, waiter: CData, timeout_ms: int) -> int:
+        """The wait (up to ``timeout_ms``, 0: none) and the drain in one C call (lock held); the wait's result."""
+        batch = self._batch
+        ret = _shim.plb_rb_wait_drain(waiter, timeout_ms, self._rb, batch, self._max_batch, self._drained)
+        if ret > 0:
+            # Records already consumed from the kernel are kept, even when the drain failed after them.
+            if batch.n:
+                self._pending = Batch(batch, with_tags=len(self._callbacks) > 1)
+            if self._drained[0] < 0 or batch.err:
+                _libbpf.check_collected(batch, self._drained[0], "ring_buffer__consume_n")
+        return ret
+
     def _drain(self) -> None:
         """Copy up to max_batch records (or about DEFAULT_BATCH_BYTES) out of the kernel rings (lock held)."""
-        try:
-            _libbpf.ring_buffer__consume_into(self._rb, self._batch, self._max_batch, "ring_buffer__consume_n")
-        finally:
-            if self._batch.n:  # records already consumed from the kernel are kept, even on an error
-                self._pending = Batch(self._batch, with_tags=len(self._callbacks) > 1)
+        self._wait_drain(ffi.NULL, 0)
 
     def _deliver(self) -> int:
         batch = self._pending

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -11,7 +14,7 @@ from pathlib import Path
 import pytest
 from progs import counter, emit_ring, rb_event
 
-from pylibbpf import BPFObject, ClosedError, RingBuffer, lib
+from pylibbpf import BPFError, BPFObject, ClosedError, RingBuffer, lib
 
 pytestmark = pytest.mark.usefixtures("bpf_privileged")
 
@@ -90,6 +93,63 @@ def test_several_rings_in_one_poller(obj: BPFObject) -> None:
     assert [e[0] for e in second] == [100, 101, 102] and {e[2] for e in second} == {1}
 
 
+def test_a_record_in_an_added_ring_wakes_a_blocked_poll(obj: BPFObject) -> None:
+    second: list[int] = []
+    result: list[object] = []
+    with RingBuffer(obj.maps["rb"], lambda d: None) as rb:
+        rb.add(obj.maps["rb2"], lambda d: second.append(rb_event(d)[0]))
+        thread = threading.Thread(target=lambda: result.append(rb.poll(-1)))
+        thread.start()
+        time.sleep(0.05)  # let the reader block in its wait
+        emit_ring(obj.programs["emit"], 2, first_seq=40, target=1)
+        thread.join(5)
+        assert not thread.is_alive(), "a record in the added ring did not wake poll(-1)"
+    assert result == [2] and second == [40, 41]
+
+
+def test_adding_a_ring_twice_fails_and_leaves_the_reader_as_it_was(obj: BPFObject) -> None:
+    seen: list[tuple[int, int]] = []
+    with RingBuffer(obj.maps["rb"], lambda d: seen.append((0, rb_event(d)[0]))) as rb:
+        rb.add(obj.maps["rb2"], lambda d: seen.append((1, rb_event(d)[0])))
+        with pytest.raises(BPFError) as err:
+            rb.add(obj.maps["rb2"], lambda d: seen.append((2, rb_event(d)[0])))
+        assert err.value.errno == errno.EEXIST and "RingBuffer.add(rb2)" in str(err.value)
+        emit_ring(obj.programs["emit"], 2, first_seq=1, target=1)
+        emit_ring(obj.programs["emit"], 1, first_seq=7, target=0)
+        total = 0
+        while total < 3:
+            total += rb.poll(1000)
+        assert rb.poll(0) == 0
+    assert sorted(seen) == [(0, 7), (1, 1), (1, 2)]
+
+
+def _epoll_targets(fd: int) -> list[int] | None:
+    """The fds an epoll fd of this process watches (from /proc), or None when ``fd`` is not an epoll fd."""
+    try:
+        if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:[eventpoll]":
+            return None
+        with open(f"/proc/self/fdinfo/{fd}") as f:
+            return [int(line.split()[1]) for line in f if line.startswith("tfd:")]
+    except OSError:
+        return None
+
+
+def test_the_wait_watches_the_ring_maps_directly_not_a_nested_epoll_set(obj: BPFObject) -> None:
+    # An epoll set inside another one costs a wake-up hop on every record (issue 19):
+    # the reader's wait set holds the maps' fds, and no epoll set watches libbpf's.
+    with RingBuffer(obj.maps["rb"], lambda d: None) as rb:
+        rb.add(obj.maps["rb2"], lambda d: None)
+        sets = {fd: targets for fd in map(int, os.listdir("/proc/self/fd"))
+                if (targets := _epoll_targets(fd)) is not None}
+        libbpf_set = rb.epoll_fd()
+        assert libbpf_set in sets
+        assert not [fd for fd, targets in sets.items() if libbpf_set in targets]
+        maps = {obj.maps["rb"].fd, obj.maps["rb2"].fd}
+        assert [fd for fd, targets in sets.items() if fd != libbpf_set and maps <= set(targets)]
+        emit_ring(obj.programs["emit"], 3, target=1)
+        assert rb.poll(1000) == 3
+
+
 def test_callback_exception_stops_the_call_and_loses_nothing(obj: BPFObject) -> None:
     seen: list[int] = []
 
@@ -127,6 +187,40 @@ def test_poll_times_out_with_zero(obj: BPFObject) -> None:
         t0 = time.monotonic()
         assert rb.poll(50) == 0
         assert time.monotonic() - t0 >= 0.04  # it waited (a lower bound: load cannot break it)
+
+
+def test_a_signal_whose_handler_returns_resumes_the_wait(obj: BPFObject) -> None:
+    # The wait comes back to Python with EINTR so that handlers run; one that returns
+    # must neither end a poll(-1) nor cut a poll(timeout) short (a resumed wait takes
+    # the time left, computed from when the call started).
+    handled: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: handled.append(signum))
+    main = threading.get_ident()
+
+    def poke(then_emit: bool) -> None:
+        for _ in range(3):
+            time.sleep(0.05)
+            signal.pthread_kill(main, signal.SIGUSR1)
+        if then_emit:
+            time.sleep(0.05)
+            emit_ring(obj.programs["emit"], 1, first_seq=9)
+
+    try:
+        seen: list[int] = []
+        with RingBuffer(obj.maps["rb"], lambda d: seen.append(rb_event(d)[0])) as rb:
+            thread = threading.Thread(target=poke, args=(True,))
+            thread.start()
+            assert rb.poll(-1) == 1
+            thread.join()
+            thread = threading.Thread(target=poke, args=(False,))
+            thread.start()
+            t0 = time.monotonic()
+            assert rb.poll(400) == 0
+            assert time.monotonic() - t0 >= 0.39  # it waited the whole timeout (a lower bound)
+            thread.join()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert seen == [9] and len(handled) == 6
 
 
 def test_close_from_another_thread_wakes_a_blocked_poll(obj: BPFObject) -> None:
