@@ -56,11 +56,19 @@ class Batch:
         n = batch.n
         self.blob = bytes(ffi.buffer(batch.buf, batch.used)) if batch.used else b""
         self.view = memoryview(self.blob)
-        # One memcpy per array (array.array), not one Python int per record (ffi.unpack).
-        self.starts = u32_array(batch.start, n)
-        self.lens = u32_array(batch.len, n)
-        self.tags = u32_array(batch.tag, n).tolist() if with_tags else [0] * n
-        self.lost = u64_array(batch.lost, n) if with_tags else ZEROS_U64 * n
+        if n <= SMALL_BATCH:
+            # A wakeup with a few records (the latency case): lists from ffi.unpack are made
+            # faster than arrays, and this runs between the wakeup and the first callback.
+            self.starts = ffi.unpack(batch.start, n)
+            self.lens = ffi.unpack(batch.len, n)
+            self.tags = ffi.unpack(batch.tag, n) if with_tags else [0] * n
+            self.lost = ffi.unpack(batch.lost, n) if with_tags else [0] * n
+        else:
+            # One memcpy per array (array.array), not one Python int per record (ffi.unpack).
+            self.starts = u32_array(batch.start, n)
+            self.lens = u32_array(batch.len, n)
+            self.tags = u32_array(batch.tag, n).tolist() if with_tags else [0] * n
+            self.lost = u64_array(batch.lost, n) if with_tags else ZEROS_U64 * n
         self.next = 0  # index of the first record not delivered yet (callback paths)
 
     @classmethod
@@ -125,21 +133,24 @@ class Batch:
         n = len(self.starts)
         if n == 0:
             return np.empty(0, dtype=dtype)
-        lens = _as_numpy(self.lens)
-        shortest = int(lens.min())
+        if isinstance(self.lens, list):  # a small batch: Python's min/max beat numpy's set-up
+            shortest, longest = min(self.lens), max(self.lens)
+        else:
+            lens = _as_numpy(self.lens)
+            shortest, longest = int(lens.min()), int(lens.max())
         if shortest < size:
             raise ValueError(f"{event_def.name}: a record of {shortest} bytes is shorter than "
                              f"the event's {size} bytes")
+        first = int(self.starts[0])
+        stride = (int(self.lens[0]) + 7) & ~7
+        if shortest == longest and int(self.starts[-1]) - first == (n - 1) * stride and dtype.itemsize == size:
+            # Equal records packed back to back (what the C collectors produce): one
+            # strided view over the bytes, copied row by row; no per-field copy, no
+            # index arrays (this runs between a wakeup and the caller's first look).
+            return np.ndarray((n,), dtype=dtype, buffer=self.blob, offset=first, strides=(stride,)).copy()
         starts = _as_numpy(self.starts)
         raw = np.frombuffer(self.blob, dtype=np.uint8)
-        first = int(starts[0])
-        stride = (int(lens[0]) + 7) & ~7
-        if shortest == int(lens.max()) and int(starts[-1]) - first == (n - 1) * stride:
-            # Equal records packed back to back (what the C collectors produce):
-            # copy the rows as bytes, then reinterpret; no per-field strided copy.
-            rows = np.lib.stride_tricks.as_strided(raw[first:], shape=(n, size), strides=(stride, 1))
-        else:
-            rows = raw[starts.astype(np.int64)[:, None] + np.arange(size)[None, :]]
+        rows = raw[starts.astype(np.int64)[:, None] + np.arange(size)[None, :]]
         return rows.copy().view(dtype).reshape(n)
 
     def to_arrow(self, event_def: Any) -> Any:
@@ -160,6 +171,8 @@ class Batch:
 
 
 ZEROS_U64 = array.array("Q", [0])
+#: Batches of at most this many records index their records with lists (cheaper to make).
+SMALL_BATCH = 32
 
 
 def any_nonzero(values: Sequence[int]) -> bool:
