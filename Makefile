@@ -11,6 +11,7 @@
 #   make wheel     dist/*.whl: a manylinux wheel (auditwheel grafts libelf and zlib in)
 #   make sdist     dist/*.tar.gz: builds offline, with the verified libbpf tarball inside
 #   make test-matrix  pytest on every CPython 3.10-3.13 under ~/.pyenv/versions (.venv-3.X each)
+#   make test-loaded  make test LOADED_RUNS times (default 3) beside a CPU hog (tools/cpu_hog.py)
 
 SHELL      := /bin/bash
 PYTHON     ?= python3
@@ -21,7 +22,7 @@ LIBBPF_A   := vendor/libbpf/build/install/lib/libbpf.a
 EXT_SRCS   := build_ffi.py $(wildcard cdef/*.h csrc/*.c csrc/*.h csrc/bpf/*) pylibbpf/_version.py $(LIBBPF_A)
 EXT_STAMP  := .stamp-ext
 
-.PHONY: setup deps libbpf build test lint pytest demo bench sanitize fuzz clean wheel sdist test-matrix
+.PHONY: setup deps libbpf build test lint pytest demo bench sanitize fuzz clean wheel sdist test-matrix test-loaded
 
 setup: deps $(LIBBPF_A) $(VENV)/.stamp-venv
 
@@ -64,6 +65,19 @@ pytest: build
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 test: lint sanitize pytest
+
+# The suite under load: `make test` LOADED_RUNS times in a row while tools/cpu_hog.py keeps every
+# CPU busy (one busy process per CPU); stops at the first failing run. The hog ends with this recipe.
+LOADED_RUNS ?= 3
+test-loaded: build
+	@$(VPY) tools/cpu_hog.py & hog=$$!; \
+	trap 'kill $$hog 2>/dev/null; wait $$hog 2>/dev/null' EXIT; \
+	for i in $$(seq 1 $(LOADED_RUNS)); do \
+		echo "== make test-loaded: run $$i of $(LOADED_RUNS), beside a CPU hog"; \
+		$(MAKE) --no-print-directory test || { echo "== make test-loaded: run $$i FAILED"; exit 1; }; \
+		echo "== make test-loaded: run $$i passed"; \
+	done; \
+	echo "== make test-loaded: $(LOADED_RUNS) runs in a row passed beside a CPU hog"
 
 demo: build
 	@echo "make demo: tracing exec for 5 s while a loop starts /bin/true, ls and uname every 0.5 s"

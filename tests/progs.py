@@ -3,7 +3,9 @@ polling wait the threaded tests share."""
 
 from __future__ import annotations
 
+import io
 import struct
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,7 +59,7 @@ def counter(obj: BPFObject, map_name: str, key: int = 0) -> int:
     return int.from_bytes(raw, "little")
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.002) -> bool:
+def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, interval: float = 0.002) -> bool:
     """Poll `predicate` until it holds or `timeout` seconds pass (generous: the machine may be busy); its
     last value."""
     deadline = time.monotonic() + timeout
@@ -66,6 +68,41 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: f
             return True
         time.sleep(interval)
     return predicate()
+
+
+# Resets SIGINT to its default action, then execs argv[1:] (same pid).
+_DEFAULT_SIGINT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                   "os.execv(sys.argv[1], sys.argv[1:])")
+
+
+def with_default_sigint(argv: list[str]) -> list[str]:
+    """``argv`` to run so that the command starts with SIGINT at its default action, as from a terminal.
+
+    A process inherits an ignored SIGINT: the test suite started as a background
+    job of a non-interactive shell (``make test &`` in a script) ignores it, and
+    Python then installs no KeyboardInterrupt handler in the commands it starts,
+    so a test's SIGINT ("Ctrl-C") would do nothing. The exec keeps the pid.
+    """
+    return [sys.executable, "-c", _DEFAULT_SIGINT, *argv]
+
+
+class CtrlCAfterLine(io.StringIO):
+    """A stderr on which Ctrl-C arrives once, right after a line starting with ``prefix`` was flushed.
+
+    The racy moment of a command: between the line that says it started and
+    the loop that waits for the end (a test's SIGINT cannot aim at it).
+    """
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+        self.interrupted = False
+
+    def flush(self) -> None:
+        super().flush()
+        if not self.interrupted and any(line.startswith(self.prefix) for line in self.getvalue().splitlines()):
+            self.interrupted = True
+            raise KeyboardInterrupt
 
 
 def blocked_in_epoll(tid: int) -> bool:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from progs import wait_until
+from progs import wait_until, with_default_sigint
 
 from pylibbpf import cli
 from pylibbpf.cli import _common as cli_common
@@ -46,7 +46,8 @@ class Tracer:
     """``pylibbpf trace ...`` in a subprocess; its stdout and stderr are collected by threads."""
 
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([*COMMAND, "trace", *args], stdin=subprocess.DEVNULL,
+        # SIGINT at its default action, whatever this process inherited: interrupt() is Ctrl-C.
+        self.proc = subprocess.Popen(with_default_sigint([*COMMAND, "trace", *args]), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.out: list[str] = []
         self.err: list[str] = []
@@ -69,7 +70,7 @@ class Tracer:
         assert self._ready.wait(READY_TIMEOUT), "the tracer did not start in time"
         assert any(line.startswith("tracing ") for line in self.err), f"tracer failed: {''.join(self.err)}"
 
-    def finish(self, timeout: float = 30.0) -> int:
+    def finish(self, timeout: float = 120.0) -> int:
         """Wait for the end (the --duration given); returns the exit status."""
         try:
             rc = self.proc.wait(timeout)
@@ -244,15 +245,31 @@ def test_ctrl_c_exits_cleanly_with_a_summary(bpf_privileged: None) -> None:
     try:
         tracer.wait_ready()
         pid = run_true()
-        deadline = time.monotonic() + 10
-        while not any(str(pid) in line for line in tracer.out) and time.monotonic() < deadline:
-            time.sleep(0.05)  # the event is printed within a tick
+        wait_until(lambda: any(str(pid) in line for line in tracer.out), timeout=READY_TIMEOUT, interval=0.05)
         rc = tracer.interrupt()
     finally:
         tracer.close()
     assert rc == 0, tracer.stderr
     assert "Traceback" not in tracer.stderr
     assert pid in {r["pid"] for r in tracer.records()}
+    assert tracer.err[-1].startswith("exec: ")
+
+
+def test_ctrl_c_reaches_the_tracer_when_the_suite_ignores_sigint(bpf_privileged: None) -> None:
+    """Regression: ``make test &`` from a script runs the suite with SIGINT ignored, which its commands
+    inherit (Python then installs no KeyboardInterrupt handler), so the tracer never saw the test's
+    Ctrl-C and was killed 30 s later. The tests start commands with SIGINT at its default action."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        tracer = Tracer("exec")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        tracer.wait_ready()
+        rc = tracer.interrupt()
+    finally:
+        tracer.close()
+    assert rc == 0, tracer.stderr
     assert tracer.err[-1].startswith("exec: ")
 
 

@@ -212,7 +212,7 @@ def test_backpressure_drops_when_the_queue_is_full_and_calls_drop_handler(obj: B
     dropped: list[tuple[int, str]] = []
 
     def slow(seq: int) -> None:
-        release.wait(5)
+        release.wait(60)
         got.append(seq)
 
     bc = BackpressureConsumer(obj.maps["rb"], slow, deserializer=lambda d: rb_event(d)[0], max_pending=50,

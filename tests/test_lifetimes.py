@@ -7,6 +7,7 @@ Exit and fork run in a child process, so that a crash fails the test instead of 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import gc
 import os
 import signal
@@ -124,15 +125,23 @@ def test_exit_with_consumers_and_reading_daemon_threads_never_crashes(bpf_object
 
 # --- fork -----------------------------------------------------------------------------------------
 
+CHILD_TIMEOUT = 120.0  # seconds: a deadlock, never a slow machine (the body takes well under a second idle)
+
+
 def run_in_child(body: Callable[[], None]) -> None:
-    """Run ``body`` in a forked child, with a SIGALRM watchdog against deadlocks; fail with its report."""
+    """Run ``body`` in a forked child with a watchdog against deadlocks; fail with its report.
+
+    A child still running after CHILD_TIMEOUT writes every thread's traceback into the report (so a
+    failure says where it was stuck) and exits; SIGALRM a little later catches a child too stuck for that.
+    """
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         code = 1
         try:
             os.close(rfd)
-            signal.alarm(int(TIMEOUT))  # a deadlock kills the child
+            faulthandler.dump_traceback_later(CHILD_TIMEOUT, exit=True, file=wfd)
+            signal.alarm(int(CHILD_TIMEOUT) + 30)
             body()
             os.write(wfd, b"ok")
             code = 0
@@ -144,7 +153,7 @@ def run_in_child(body: Callable[[], None]) -> None:
     with os.fdopen(rfd, "rb") as r:
         report = r.read().decode()
     _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status), f"child killed by signal {os.WTERMSIG(status)} (a crash, or the deadlock watchdog)"
+    assert os.WIFEXITED(status), f"child killed by signal {os.WTERMSIG(status)} (a crash, or the watchdog): {report}"
     assert os.waitstatus_to_exitcode(status) == 0 and report == "ok", report
 
 

@@ -36,7 +36,7 @@ def test_every_online_cpu_delivers_with_its_cpu_number(obj: BPFObject) -> None:
         assert pb.buffer_cnt() == len(cpus)
         for cpu in cpus:
             emit_perf(obj.programs["emit_perf"], 5, cpu=cpu, first_seq=cpu * 100)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60
         while len(seen) < 5 * len(cpus) and time.monotonic() < deadline:
             pb.poll(100)
     assert sorted(seen) == sorted((c, c, c * 100 + i) for c in cpus for i in range(5))
@@ -105,7 +105,7 @@ def test_close_wakes_a_blocked_poll(obj: BPFObject) -> None:
     thread.start()
     time.sleep(0.05)
     pb.close()
-    thread.join(5)
+    thread.join(60)
     assert not thread.is_alive() and isinstance(errors[0], ClosedError)
     pb.close()
     with pytest.raises(ClosedError):

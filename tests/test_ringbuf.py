@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from progs import counter, emit_ring, rb_event
+from progs import blocked_in_epoll, counter, emit_ring, rb_event, wait_until
 
 from pylibbpf import BPFError, BPFObject, ClosedError, RingBuffer, lib
 
@@ -60,21 +60,21 @@ def test_no_wakeup_does_not_wake_a_blocked_poll_and_force_wakeup_does(obj: BPFOb
     result: list[object] = []
     with RingBuffer(obj.maps["rb"], lambda d: seen.append(rb_event(d)[0])) as rb:
         assert rb.poll(0) == 0  # settle the epoll ready lists on an empty ring
-        started = threading.Event()
+        tids: list[int] = []
 
         def reader() -> None:
-            started.set()
+            tids.append(threading.get_native_id())
             result.append(rb.poll(-1))
 
         thread = threading.Thread(target=reader)
         thread.start()
-        started.wait()
-        time.sleep(0.05)  # let the reader block in epoll_wait
+        # Blocked in epoll_wait before the submit (a reader still on its way there would find the record).
+        assert wait_until(lambda: bool(tids) and blocked_in_epoll(tids[0]))
         emit_ring(obj.programs["emit"], 1, first_seq=1, flags=lib.BPF_RB_NO_WAKEUP)
         thread.join(0.3)
         assert thread.is_alive(), "a BPF_RB_NO_WAKEUP submit woke the poller"
         emit_ring(obj.programs["emit"], 1, first_seq=2, flags=lib.BPF_RB_FORCE_WAKEUP)
-        thread.join(5)
+        thread.join(60)
         assert not thread.is_alive(), "BPF_RB_FORCE_WAKEUP did not wake the poller"
     assert result == [2] and seen == [1, 2]
 
@@ -237,7 +237,7 @@ def test_close_from_another_thread_wakes_a_blocked_poll(obj: BPFObject) -> None:
     thread.start()
     time.sleep(0.05)
     rb.close()
-    thread.join(5)
+    thread.join(60)
     assert not thread.is_alive()
     assert len(errors) == 1 and isinstance(errors[0], ClosedError)
     rb.close()  # idempotent

@@ -19,9 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from progs import CtrlCAfterLine, with_default_sigint
 
+from pylibbpf import cli
 from pylibbpf.cli import BUNDLED_DIR
-from pylibbpf.cli.runqlat import open_runqlat, read_histograms
+from pylibbpf.cli.runqlat import cmd_runqlat, open_runqlat, read_histograms
 
 COMMAND = [sys.executable, "-m", "pylibbpf", "runqlat"]
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,8 +82,9 @@ class Runqlat:
     """The command in a subprocess; stderr collected by a thread that notices the "tracing" line."""
 
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([*COMMAND, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        # SIGINT at its default action, whatever this process inherited: finish(SIGINT) is Ctrl-C.
+        self.proc = subprocess.Popen(with_default_sigint([*COMMAND, *args]), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.err: list[str] = []
         self.ready = threading.Event()
         self._thread = threading.Thread(target=self._collect)
@@ -100,10 +103,16 @@ class Runqlat:
         assert self.proc.poll() is None, "".join(self.err)
 
     def finish(self, sig: int | None = None) -> tuple[int, str]:
-        if sig is not None:
-            self.proc.send_signal(sig)
-        out, _ = self.proc.communicate(timeout=DEADLINE)
-        self._thread.join(DEADLINE)
+        """Send ``sig`` (if any) and wait for the end; a command still running after DEADLINE is killed."""
+        try:
+            if sig is not None:
+                self.proc.send_signal(sig)
+            out, _ = self.proc.communicate(timeout=DEADLINE)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.communicate()
+            self._thread.join(DEADLINE)
         return self.proc.returncode, out
 
 
@@ -131,6 +140,22 @@ def test_text_per_process_and_sigint(workload: Workload) -> None:
     header = lines.index("     usecs               : count    distribution")
     counts = [int(line.split(":")[1].split("|")[0]) for line in lines[header + 1:] if "->" in line]
     assert sum(counts) >= THREADS * SLEEPS
+
+
+def test_ctrl_c_right_after_the_tracing_line_prints_the_histogram(monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression: the "tracing ..." line was written before the try that turns Ctrl-C into the
+    histogram, so a Ctrl-C at that moment ended the command with nothing printed."""
+    err = CtrlCAfterLine("tracing ")
+    monkeypatch.setattr(sys, "stderr", err)
+    args = cli.build_parser().parse_args(["runqlat", "--duration", "3600", "--json"])
+    try:
+        code = cmd_runqlat(args)
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C right after the tracing line escaped the command: no histogram")
+    assert err.interrupted and code == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 1 and rows[0]["unit"] == "usecs", rows
 
 
 def _comm(pid: int) -> str:

@@ -306,9 +306,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
             where = f"CPU {args.cpu}" if cpus else f"{len(links)} CPUs"
             what = f", pid {args.pid}" if args.pid is not None else ""
             until = f"for {args.duration:g} s" if args.duration else "Ctrl-C to stop"
-            sys.stderr.write(f"sampling {where} at {args.frequency} Hz{what}... {until}\n")
-            sys.stderr.flush()
             try:
+                # Inside the try: a Ctrl-C right after this line still prints the stacks.
+                sys.stderr.write(f"sampling {where} at {args.frequency} Hz{what}... {until}\n")
+                sys.stderr.flush()
                 gone = _wait(started, args.duration, status, lambda: _watch_sampled(obj, symbols))
             except (KeyboardInterrupt, Terminate):
                 gone = False

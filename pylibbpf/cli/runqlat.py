@@ -186,10 +186,11 @@ def cmd_runqlat(args: argparse.Namespace) -> int:
             end = None if args.duration is None else started + args.duration
             filters = "".join([f", pid {args.pid}" if args.pid else "", ", per process" if args.per_process else ""])
             until = f"for {args.duration:g} s" if args.duration else "Ctrl-C to stop"
-            sys.stderr.write(f"tracing run queue latency ({flavour}{filters})... {until}\n")
-            sys.stderr.flush()
             printed = 0
             try:
+                # Inside the try: a Ctrl-C right after this line still prints the histogram.
+                sys.stderr.write(f"tracing run queue latency ({flavour}{filters})... {until}\n")
+                sys.stderr.flush()
                 while True:
                     interval_end = None if args.interval is None else time.monotonic() + args.interval
                     finished = _wait(interval_end, end, out, status, printed, args.count)
