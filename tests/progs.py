@@ -105,6 +105,22 @@ class CtrlCAfterLine(io.StringIO):
             raise KeyboardInterrupt
 
 
+def ctrl_c_after_line(command: Callable[[Any], int], argv: list[str], prefix: str, monkeypatch: Any) -> str:
+    """Run a ``pylibbpf`` command function (``cmd_runqlat``...) on ``argv`` in this process, with Ctrl-C
+    arriving right after its ``prefix`` line on stderr; returns its stderr. Fails when the KeyboardInterrupt
+    escaped the command (it printed nothing) or its status is not 0."""
+    from pylibbpf import cli
+
+    err = CtrlCAfterLine(prefix)
+    monkeypatch.setattr(sys, "stderr", err)
+    try:
+        code = command(cli.build_parser().parse_args(argv))
+    except KeyboardInterrupt:
+        raise AssertionError(f"Ctrl-C right after the {prefix!r} line escaped {argv[0]}: nothing printed") from None
+    assert err.interrupted and code == 0
+    return err.getvalue()
+
+
 def blocked_in_epoll(tid: int) -> bool:
     """Thread ``tid`` of this process sleeps in epoll_wait (the kernel's wchan), where every reader blocks.
 

@@ -21,9 +21,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from progs import CtrlCAfterLine
+from progs import ctrl_c_after_line
 
-from pylibbpf import cli
 from pylibbpf.cli import BUNDLED_DIR
 from pylibbpf.cli.profile import Frame, Stack, Symbolizer, cmd_profile, format_folded, format_table
 from pylibbpf.syms import Symbol
@@ -183,16 +182,9 @@ def test_ctrl_c_right_after_the_sampling_line_prints_the_stacks(monkeypatch: pyt
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """Regression: the "sampling ..." line was written before the try that turns Ctrl-C into the
     output, so a Ctrl-C at that moment ended the command with nothing printed."""
-    err = CtrlCAfterLine("sampling ")
-    monkeypatch.setattr(sys, "stderr", err)
-    args = cli.build_parser().parse_args(["profile", "--duration", "3600", "--json"])
-    try:
-        code = cmd_profile(args)
-    except KeyboardInterrupt:
-        pytest.fail("Ctrl-C right after the sampling line escaped the command: no output")
-    assert err.interrupted and code == 0
+    err = ctrl_c_after_line(cmd_profile, ["profile", "--duration", "3600", "--json"], "sampling ", monkeypatch)
     assert isinstance(json.loads(capsys.readouterr().out), dict)
-    assert "samples" in err.getvalue().splitlines()[-1]
+    assert "samples" in err.splitlines()[-1]
 
 
 @pytest.mark.parametrize("args", [[], ["--duration", "0.5"]], ids=["while sampling", "at the output"])

@@ -19,9 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from progs import CtrlCAfterLine, with_default_sigint
+from progs import ctrl_c_after_line, with_default_sigint
 
-from pylibbpf import cli
 from pylibbpf.cli import BUNDLED_DIR
 from pylibbpf.cli.runqlat import cmd_runqlat, open_runqlat, read_histograms
 
@@ -146,14 +145,7 @@ def test_ctrl_c_right_after_the_tracing_line_prints_the_histogram(monkeypatch: p
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """Regression: the "tracing ..." line was written before the try that turns Ctrl-C into the
     histogram, so a Ctrl-C at that moment ended the command with nothing printed."""
-    err = CtrlCAfterLine("tracing ")
-    monkeypatch.setattr(sys, "stderr", err)
-    args = cli.build_parser().parse_args(["runqlat", "--duration", "3600", "--json"])
-    try:
-        code = cmd_runqlat(args)
-    except KeyboardInterrupt:
-        pytest.fail("Ctrl-C right after the tracing line escaped the command: no histogram")
-    assert err.interrupted and code == 0
+    ctrl_c_after_line(cmd_runqlat, ["runqlat", "--duration", "3600", "--json"], "tracing ", monkeypatch)
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(rows) == 1 and rows[0]["unit"] == "usecs", rows
 
