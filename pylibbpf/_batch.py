@@ -441,8 +441,12 @@ class BatchReader(Closable, _into.HandsBackOdd):
     def _read_batch_ms(self, timeout_ms: int) -> Batch:
         if not self._fill(timeout_ms):
             return Batch.empty()
-        batch, self._pending = self._pending, None
-        return self._taken(batch.rest()) if batch is not None else Batch.empty()
+        batch = self._pending
+        if batch is None:
+            return Batch.empty()
+        taken = self._taken(batch.rest())
+        self._pending = None  # only now: an exception before this line leaves the records pending
+        return taken
 
     def _taken(self, batch: Batch) -> Batch:
         """Hook: what read_batch does to a batch before handing it out."""

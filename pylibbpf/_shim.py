@@ -31,6 +31,11 @@ def plb_batch_new(ncap: int, cap: int) -> CData:
     return ffi.gc(batch, lib.plb_batch_free)
 
 
+def plb_batch_reset(batch: CData) -> None:
+    """Empty ``batch`` (its records, full flag and error): the records were taken."""
+    lib.plb_batch_reset(batch)
+
+
 # --- the interruptible wait (csrc/plb_wait.h; the edge-triggered add and the fence: plb_perfattr.h) ---
 
 def plb_waiter_init(waiter: CData, fd: int, what: str) -> None:

@@ -171,6 +171,7 @@ class PerfBuffer(BatchReader):
         finally:
             if self._batch.n:  # samples already consumed from the kernel are kept, even on an error
                 self._pending = Batch(self._batch, with_tags=True)
+                _shim.plb_batch_reset(self._batch)  # taken: a later drain's error must not take them again
 
     def _deliver(self) -> int:
         batch = self._pending
@@ -374,6 +375,7 @@ class PerfReader(RecordReader):
         finally:
             if self._batch.n:  # records already consumed from the kernel are kept, even on an error
                 self._pending = Batch(self._batch, with_tags=True)
+                _shim.plb_batch_reset(self._batch)  # taken: a later drain's error must not take them again
 
     def _release(self) -> None:
         with self._pause_lock:

@@ -139,13 +139,17 @@ class RingBuffer(BatchReader):
     def _wait_drain(self, waiter: CData, timeout_ms: int) -> int:
         """The wait (up to ``timeout_ms``, 0: none) and the drain in one C call (lock held); the wait's result."""
         batch = self._batch
-        ret = _shim.plb_rb_wait_drain(waiter, timeout_ms, self._rb, batch, self._max_batch, self._drained)
-        if ret > 0:
-            # Records already consumed from the kernel are kept, even when the drain failed after them.
+        try:
+            ret = _shim.plb_rb_wait_drain(waiter, timeout_ms, self._rb, batch, self._max_batch, self._drained)
+            if ret > 0 and (self._drained[0] < 0 or batch.err):
+                _libbpf.check_collected(batch, self._drained[0], "ring_buffer__consume_n")
+        finally:
+            # Records the C call consumed from the kernel reach _pending even when the drain failed
+            # after them, or when an exception (a signal's KeyboardInterrupt) surfaces the moment the
+            # call returns; the batch is emptied once taken, so a later call cannot take them again.
             if batch.n:
                 self._pending = Batch(batch, with_tags=len(self._callbacks) > 1)
-            if self._drained[0] < 0 or batch.err:
-                _libbpf.check_collected(batch, self._drained[0], "ring_buffer__consume_n")
+                _shim.plb_batch_reset(batch)
         return ret
 
     def _drain(self) -> None:

@@ -173,3 +173,45 @@ def test_poll_with_a_raising_lost_callback_delivers_every_sample(perf_obj: BPFOb
             pb.poll(0)
         pb.poll(0)
     assert got == list(range(10_000, 10_010))
+
+
+# --- an exception the moment the C drain returns (a Ctrl-C arriving during it) ----------------------
+
+def _interrupt_after(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[int]:
+    """Make ``module.name`` (a drain) raise KeyboardInterrupt right after it returns, once: what a
+    SIGINT arriving while the C call runs does (Python raises at the next bytecode)."""
+    real = getattr(module, name)
+    fired: list[int] = []
+
+    def drain_then_interrupt(*args: Any) -> Any:
+        result = real(*args)
+        if not fired:
+            fired.append(1)
+            raise KeyboardInterrupt
+        return result
+
+    monkeypatch.setattr(module, name, drain_then_interrupt)
+    return fired
+
+
+@pytest.mark.parametrize("kind", ["ring", "perf"])
+def test_records_drained_when_an_interrupt_surfaces_are_delivered_once(
+        rb_obj: BPFObject, perf_obj: BPFObject, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    from pylibbpf import _libbpf, _shim
+
+    reader, seq_of = _ring(rb_obj) if kind == "ring" else _perf(perf_obj)
+    with reader:
+        if kind == "ring":
+            fired = _interrupt_after(monkeypatch, _shim, "plb_rb_wait_drain")
+        else:
+            fired = _interrupt_after(monkeypatch, _libbpf, "perf_buffer__consume_into")
+        with pytest.raises(KeyboardInterrupt):
+            reader.read_batch(timeout=0)
+        assert fired == [1]
+        got: list[int] = []
+        while True:
+            batch = reader.read_batch(timeout=0)
+            if not len(batch):
+                break
+            got.extend(seq_of(item if kind == "ring" else (0, item)) for item in batch)
+    assert got == list(range(RECORDS))   # none lost to the interrupt, none twice

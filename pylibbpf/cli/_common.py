@@ -6,12 +6,15 @@ the closed-pipe check. Each tool's module imports from here; nothing here import
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
 import select
+import signal
 import stat
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import NoReturn, TextIO
@@ -176,3 +179,30 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
+
+
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block ends, then act as usual: their exception surfaces
+    between two steps, never inside one (a half-written Arrow message would leave the stream
+    unreadable; records drained but not yet printed would be lost). Only the main thread can set
+    handlers: elsewhere, nothing held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        caught.append(signum)
+
+    previous = {s: signal.signal(s, hold) for s in HELD_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)

@@ -13,40 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import threading
-from collections.abc import Iterator
-from types import FrameType
 from typing import Any, BinaryIO
 
 from .._arrow import pyarrow, record_batch
 from .._batch import Batch, OrderedBatch
 from ..events import EventDef
-from ._common import CommandError, pipe_broken, point_at_devnull
-
-_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Ctrl-C and SIGTERM wait until the block ends, then act as usual (a half-written message would
-    leave the stream unreadable). Only the main thread can set handlers: elsewhere, nothing held."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-
-    def hold(signum: int, frame: FrameType | None) -> None:
-        caught.append(signum)
-
-    previous = {s: signal.signal(s, hold) for s in _HELD_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        for signum in dict.fromkeys(caught):
-            signal.raise_signal(signum)
+from ._common import CommandError, pipe_broken, point_at_devnull, signals_held
 
 
 def open_output(path: str) -> BinaryIO:
@@ -84,7 +57,7 @@ class ArrowWriter:
         empty = OrderedBatch.empty() if ordered else Batch.empty()
         self._schema = empty.to_arrow(event).schema
         self._writer: Any = None
-        with _signals_held():
+        with signals_held():
             self._writer = self._guard(lambda: pa.ipc.new_stream(out, self._schema))
 
     def header(self) -> None:
@@ -106,7 +79,7 @@ class ArrowWriter:
             pending, self._pending = self._pending, []
         if pending:
             self._write(record_batch(self._event.parse_many(b"".join(pending)), self._event))
-        with _signals_held():
+        with signals_held():
             self._guard(self._out.flush)
 
     def reader_gone(self) -> bool:
@@ -119,7 +92,7 @@ class ArrowWriter:
         """Write what is kept, the end-of-stream marker, and close the output. Idempotent."""
         if self._writer is None:
             return
-        with _signals_held():   # a second Ctrl-C here still gets a complete stream
+        with signals_held():   # a second Ctrl-C here still gets a complete stream
             self.flush()
             writer, self._writer = self._writer, None
             self._guard(writer.close)
@@ -129,7 +102,7 @@ class ArrowWriter:
     def _write(self, rb: Any) -> None:
         if rb.schema != self._schema:   # the same conversion made both: a mismatch is a bug here
             raise RuntimeError(f"--format arrow: batch schema {rb.schema} differs from the stream's")
-        with _signals_held():
+        with signals_held():
             self._guard(lambda: self._writer.write_batch(rb))
         self.count += rb.num_rows
 

@@ -49,6 +49,7 @@ from ._common import (
     CommandError,
     StatusLine,
     open_bundled,
+    signals_held,
 )
 from ._common import Terminate as _Terminate
 from ._common import attach_all as _attach_all
@@ -583,7 +584,8 @@ def _trace_loop(source: EventSource, printer: Output, status: StatusLine, obj: B
         if deadline is not None and now >= deadline:
             return
         step = _TICK if deadline is None else min(_TICK, deadline - now)
-        source.run(step)
+        with signals_held():   # Ctrl-C ends the loop between two ticks, not inside a drain
+            source.run(step)
         printer.flush()
         if status.enabled and time.monotonic() - last_time >= 0.5:
             now = time.monotonic()
