@@ -79,12 +79,16 @@ int plb_waiter_wait(struct plb_waiter *w, int timeout_ms)
 int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb,
 		      struct plb_batch *b, int max, int *drained)
 {
-	int ready = timeout_ms == 0 ? 1 : plb_waiter_wait(w, timeout_ms);
+	int ready;
 
+	/* Reset before the wait: the caller takes whatever the batch holds after
+	 * this call (even when its exception surfaces right after), so it must
+	 * never hold an earlier call's records. */
+	plb_batch_reset(b);
 	*drained = 0;
+	ready = timeout_ms == 0 ? 1 : plb_waiter_wait(w, timeout_ms);
 	if (ready <= 0)
 		return ready;
-	plb_batch_reset(b);
 	*drained = ring_buffer__consume_n(rb, (size_t)max);
 	return ready;
 }

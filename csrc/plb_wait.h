@@ -37,7 +37,8 @@ int plb_waiter_wait(struct plb_waiter *w, int timeout_ms);
  * latency path of RingBuffer.poll/read_batch. timeout_ms != 0: wait as
  * plb_waiter_wait (the waiter should watch the ring buffer maps' own fds, not
  * libbpf's epoll fd: an epoll set inside another one adds a wake-up hop);
- * timeout_ms == 0: no wait. When ready (or not waiting), reset the batch and
+ * timeout_ms == 0: no wait. The batch is reset first, whatever the wait
+ * returns, so it holds this call's records only. When ready (or not waiting),
  * ring_buffer__consume_n(rb, max) into it (the rings were added with
  * plb_ringbuf_collect); *drained = its result (records, or -errno; 0 when
  * nothing was drained). Returns what the wait returned (1 ready, 0 timeout,

@@ -146,10 +146,9 @@ class RingBuffer(BatchReader):
         finally:
             # Records the C call consumed from the kernel reach _pending even when the drain failed
             # after them, or when an exception (a signal's KeyboardInterrupt) surfaces the moment the
-            # call returns; the batch is emptied once taken, so a later call cannot take them again.
+            # call returns. The call resets the batch first: it holds this call's records only.
             if batch.n:
                 self._pending = Batch(batch, with_tags=len(self._callbacks) > 1)
-                _shim.plb_batch_reset(batch)
         return ret
 
     def _drain(self) -> None:
