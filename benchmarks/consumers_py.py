@@ -196,7 +196,7 @@ def ringbuf_arrow(size: int, check: SeqCheck) -> Reader:
     Batch.empty().to_arrow(ev)   # warm up: numpy and pyarrow are imported on first use
     obj, trigger, failures = libbpf_producer("ringbuf", size)
     rb = RingBuffer(obj.maps[RING_MAP], lambda data: None)
-    return Reader(lambda t: check.walk_array(ArrowRows(rb.read_batch(t).to_arrow(ev))), trigger, failures,
+    return Reader(lambda t: check.walk_array(ArrowRows(rb.read_batch(t / 1000).to_arrow(ev))), trigger, failures,
                   closing(rb, obj))
 
 
