@@ -7,6 +7,7 @@ struct plb_batch {
     uint8_t *buf;
     size_t used;
     size_t cap;
+    size_t next_cap;
     uint32_t *start;
     uint32_t *len;
     uint32_t *tag;
@@ -26,6 +27,10 @@ struct plb_rb_collect_ctx {
 struct plb_batch *plb_batch_new(uint32_t ncap, size_t cap);
 void plb_batch_free(struct plb_batch *b);
 void plb_batch_reset(struct plb_batch *b);
+uint8_t *plb_batch_take_buf(struct plb_batch *b);
+void plb_buf_free(void *p);
+uint8_t *plb_buf_alloc(uint64_t size);
+uint8_t *plb_buf_shrink(uint8_t *p, uint64_t size);
 int plb_ringbuf_collect(void *ctx, void *data, size_t size);
 void plb_perfbuf_collect(void *ctx, int cpu, void *data, uint32_t size);
 void plb_perfbuf_collect_lost(void *ctx, int cpu, unsigned long long cnt);

@@ -1,5 +1,6 @@
 /* plb_batch.c - the batch collector behind RingBuffer and PerfBuffer. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,7 @@ struct plb_batch *plb_batch_new(uint32_t ncap, size_t cap)
 		return NULL;
 	}
 	b->cap = cap;
+	b->next_cap = cap;
 	b->ncap = ncap;
 	return b;
 }
@@ -54,6 +56,43 @@ void plb_batch_reset(struct plb_batch *b)
 	b->full = 0;
 }
 
+uint8_t *plb_batch_take_buf(struct plb_batch *b)
+{
+	uint8_t *buf = b->buf;
+
+	if (!buf || !b->used)
+		return NULL;
+	if (b->used <= b->cap / 2)
+		buf = plb_buf_shrink(buf, b->used);
+	b->next_cap = b->cap;
+	b->buf = NULL;
+	b->cap = 0;
+	return buf;
+}
+
+void plb_buf_free(void *p)
+{
+	free(p);
+}
+
+uint8_t *plb_buf_alloc(uint64_t size)
+{
+	if (size > SIZE_MAX)
+		return NULL;
+	return malloc(size ? (size_t)size : 1);
+}
+
+uint8_t *plb_buf_shrink(uint8_t *p, uint64_t size)
+{
+	uint8_t *smaller;
+
+	if (!p || size > SIZE_MAX)
+		return p;
+	smaller = realloc(p, size ? (size_t)size : 1);
+	/* A failed realloc leaves p as it was: still valid, merely larger. */
+	return smaller ? smaller : p;
+}
+
 /* Grow by doubling; offsets are 32-bit, so a batch stays below 4 GiB. */
 static int plb_batch_reserve(struct plb_batch *b, size_t bytes)
 {
@@ -62,7 +101,8 @@ static int plb_batch_reserve(struct plb_batch *b, size_t bytes)
 	if (need > UINT32_MAX)
 		return -E2BIG;
 	if (need > b->cap) {
-		size_t cap = b->cap;
+		/* After plb_batch_take_buf (buf NULL, cap 0): a fresh buffer of the taken one's size. */
+		size_t cap = b->cap ? b->cap : b->next_cap;
 		uint8_t *buf;
 
 		while (cap < need)
@@ -72,6 +112,7 @@ static int plb_batch_reserve(struct plb_batch *b, size_t bytes)
 			return -ENOMEM;
 		b->buf = buf;
 		b->cap = cap;
+		b->next_cap = cap;
 	}
 	if (b->n == b->ncap) {
 		uint32_t ncap = b->ncap * 2;

@@ -4,7 +4,8 @@
  * one costs ~1 us (see docs/benchmarks.md), so the callbacks here only copy
  * the record into a growable batch; Python then takes the whole batch in one
  * call and walks it in a loop. A batch owns its memory: it stays valid until
- * the next plb_batch_reset() or plb_batch_free().
+ * the next plb_batch_reset() or plb_batch_free() -- except the record bytes
+ * handed over by plb_batch_take_buf(), which the caller then owns.
  */
 #ifndef PLB_BATCH_H
 #define PLB_BATCH_H
@@ -19,7 +20,8 @@
 struct plb_batch {
 	uint8_t *buf;        /* record bytes, each record 8-byte aligned */
 	size_t used;
-	size_t cap;
+	size_t cap;          /* bytes buf can hold (0 after plb_batch_take_buf) */
+	size_t next_cap;     /* the size of the buffer the next append allocates when buf is NULL */
 	uint32_t *start;
 	uint32_t *len;
 	uint32_t *tag;
@@ -44,6 +46,26 @@ struct plb_rb_collect_ctx {
 struct plb_batch *plb_batch_new(uint32_t ncap, size_t cap);
 void plb_batch_free(struct plb_batch *b);
 void plb_batch_reset(struct plb_batch *b);
+
+/* Hand the record bytes (buf, used bytes long) over to the caller, who frees
+ * them with plb_buf_free(); they are no longer the batch's. The batch keeps
+ * its records' offsets (start/len/tag/lost, n) until the next reset, and
+ * allocates a fresh buffer (next_cap bytes: the size the taken one had) at
+ * the first append after it, so memory the caller frees meanwhile can serve
+ * it. When the records use at most half of the buffer, it is first shrunk
+ * to them (glibc shrinks in place, no copy): a kept batch of one record
+ * does not pin the whole buffer. NULL when the batch holds no bytes (used
+ * 0; the batch is left as it was). */
+uint8_t *plb_batch_take_buf(struct plb_batch *b);
+
+/* Bytes that plb_batch_take_buf() or plb_buf_alloc() handed out. NULL is a no-op. */
+void plb_buf_free(void *p);
+/* size bytes of uncleared memory (at least 1), for plb_buf_free(); NULL when out of memory. */
+uint8_t *plb_buf_alloc(uint64_t size);
+/* Shrink p (from plb_buf_alloc / plb_batch_take_buf) to size bytes in place
+ * where the allocator can (glibc can: it splits the block, no copy). Returns
+ * the pointer to use from now on: p itself when it cannot shrink. */
+uint8_t *plb_buf_shrink(uint8_t *p, uint64_t size);
 
 /* ring_buffer_sample_fn: copy one ring-buffer record into the batch. */
 int plb_ringbuf_collect(void *ctx, void *data, size_t size);

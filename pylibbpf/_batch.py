@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import _arrow, _check, _into
+from . import _arrow, _check, _into, _shim
 from ._close import Closable, OneCaller, one_caller
 from ._ffi import ffi, lib
 from .errors import ClosedError
@@ -35,18 +35,27 @@ _BUSY_PAUSE_MAX_S = 0.02
 
 
 class Batch:
-    """Records drained from the kernel in one C call, copied out as one ``bytes`` object.
+    """Records drained from the kernel in one C call, held in memory of their own.
 
     ``len(batch)`` records; ``batch[i]`` and iteration give read-only memoryviews
     of each record; ``batch.tags[i]`` is the record's ring index (ring buffers)
-    or CPU (perf buffers). The views keep the batch's bytes alive, so they stay
+    or CPU (perf buffers). The views keep the batch's memory alive, so they stay
     valid for as long as they are held; the kernel ring was released when the
     batch was made. ``to_numpy(event_def)`` parses every record at once into a
     structured array (no Python loop; numpy required).
+
+    ``blob`` is the records' memory (a buffer-protocol object): record ``i`` is
+    ``blob[starts[i]:starts[i] + lens[i]]``. A batch of more than
+    :data:`SMALL_BYTES` bytes owns the memory the C drain copied the records
+    into (handed over, not copied again: ``blob`` is a writable cffi buffer
+    over it, freed once nothing references it); a smaller one holds a
+    ``bytes`` copy (a copy of a few KiB costs less than handing memory over,
+    and this runs between a wakeup and the first callback).
     """
 
     __slots__ = ("blob", "lens", "lost", "next", "starts", "tags", "view")
 
+    blob: Any
     starts: Sequence[int]
     lens: Sequence[int]
     tags: Sequence[int]
@@ -54,8 +63,15 @@ class Batch:
 
     def __init__(self, batch: CData, with_tags: bool) -> None:
         n = batch.n
-        self.blob = bytes(ffi.buffer(batch.buf, batch.used)) if batch.used else b""
-        self.view = memoryview(self.blob)
+        used = batch.used
+        if used > SMALL_BYTES:
+            # Take the memory the drain wrote (the batch allocates afresh at its next drain):
+            # each record is copied once, kernel ring -> here.
+            self.blob = ffi.buffer(_shim.plb_batch_take_buf(batch), used)
+            self.view = memoryview(self.blob).toreadonly()
+        else:
+            self.blob = bytes(ffi.buffer(batch.buf, used)) if used else b""
+            self.view = memoryview(self.blob)
         if n <= SMALL_BATCH:
             # A wakeup with a few records (the latency case): lists from ffi.unpack are made
             # faster than arrays, and this runs between the wakeup and the first callback.
@@ -121,9 +137,19 @@ class Batch:
     def to_numpy(self, event_def: Any) -> Any:
         """All records parsed by ``event_def`` into a numpy structured array, without a Python loop.
 
-        Records shorter than the event raise ValueError (naming the event and
-        both sizes); longer ones (perf padding) are cut. Lost-sample notices
-        must not be in the batch (PerfBuffer batches keep them in ``lost``).
+        Records of one size packed back to back (what the C drains produce)
+        in a batch of more than :data:`SMALL_BYTES` bytes: the array is a
+        writable view of the batch's own memory (``blob``), no copy -- the
+        kernel ring was released when the batch was made, so the memory is
+        the batch's alone. It stays valid for as long as the array is
+        referenced (it keeps the memory alive after the batch and the reader
+        are gone); writing into it changes what ``batch[i]`` shows. Otherwise
+        (a smaller batch, records of several sizes or with gaps) the array is
+        a copy. Either way it is writable and independent of the reader. Records
+        shorter than the event raise ValueError (naming the event and both
+        sizes); longer ones (perf padding) are cut: the view then has a row
+        stride larger than the itemsize. Lost-sample notices must not be in
+        the batch (PerfBuffer batches keep them in ``lost``).
         """
         import numpy as np
 
@@ -143,15 +169,19 @@ class Batch:
                              f"the event's {size} bytes")
         first = int(self.starts[0])
         stride = (int(self.lens[0]) + 7) & ~7
+        blob = self.blob
         if shortest == longest and int(self.starts[-1]) - first == (n - 1) * stride and dtype.itemsize == size:
-            # Equal records packed back to back (what the C collectors produce): one
-            # strided view over the bytes, copied row by row; no per-field copy, no
-            # index arrays (this runs between a wakeup and the caller's first look).
-            return np.ndarray((n,), dtype=dtype, buffer=self.blob, offset=first, strides=(stride,)).copy()
+            # Equal records packed back to back: one strided view over the records, no
+            # per-field copy, no index arrays. Handed-over memory is viewed as it is; a small
+            # batch's bytes are read-only, so they are copied first (a few KiB: cheaper than
+            # numpy's copy of the structured rows, and this runs between a wakeup and the
+            # caller's first look).
+            buf = bytearray(blob) if isinstance(blob, bytes) else blob
+            return np.ndarray((n,), dtype=dtype, buffer=buf, offset=first, strides=(stride,))
         starts = _as_numpy(self.starts)
-        raw = np.frombuffer(self.blob, dtype=np.uint8)
+        raw = np.frombuffer(blob, dtype=np.uint8)
         rows = raw[starts.astype(np.int64)[:, None] + np.arange(size)[None, :]]
-        return rows.copy().view(dtype).reshape(n)
+        return rows.view(dtype).reshape(n)
 
     def to_arrow(self, event_def: Any) -> Any:
         """All records parsed by ``event_def`` into a ``pyarrow.RecordBatch``, one column per field.
@@ -173,6 +203,10 @@ class Batch:
 ZEROS_U64 = array.array("Q", [0])
 #: Batches of at most this many records index their records with lists (cheaper to make).
 SMALL_BATCH = 32
+#: Batches of at most this many bytes copy their records into ``bytes``: cheaper than taking
+#: over the drain's memory (a C call, a finalizer, a fresh buffer for the next drain) below
+#: about this size; larger ones take it over (see docs/architecture.md, "one copy").
+SMALL_BYTES = 4096
 
 
 def any_nonzero(values: Sequence[int]) -> bool:
@@ -267,16 +301,25 @@ class OrderedBatch(Batch):
         return batch
 
     @classmethod
-    def from_merge(cls, out: CData, n: int, tag_of: list[int] | None, tag_name: str) -> OrderedBatch:
-        """The first ``n`` entries of a ``plb_merge_out``, copied: one bytes object and a few arrays.
+    def from_merge(cls, out: CData, n: int, tag_of: list[int] | None, tag_name: str,
+                   take: Any = None) -> OrderedBatch:
+        """The first ``n`` entries of a ``plb_merge_out``: its records and a few arrays.
 
-        No Python object per record unless a record is flagged: the arrays are
-        memcpy'd, and the flags are tested as bytes.
+        ``take()``, when given and the records use more than
+        :data:`SMALL_BYTES`, hands over ``out.buf`` (the caller gives ``out``
+        a fresh buffer and returns an owner of the old one, ``out.used``
+        bytes long): the records are then not copied again. Otherwise they
+        are copied into one bytes object. No Python object per record unless
+        a record is flagged: the arrays are memcpy'd, and the flags are tested as bytes.
         """
         batch = cls.__new__(cls)
         used = int(out.used)
-        batch.blob = bytes(ffi.buffer(out.buf, used)) if used else b""
-        batch.view = memoryview(batch.blob)
+        if used > SMALL_BYTES and take is not None:
+            batch.blob = ffi.buffer(take(), used)
+            batch.view = memoryview(batch.blob).toreadonly()
+        else:
+            batch.blob = bytes(ffi.buffer(out.buf, used)) if used else b""
+            batch.view = memoryview(batch.blob)
         batch.starts = u32_array(out.start, n)
         batch.lens = u32_array(out.len, n)
         rings = u32_array(out.ring, n)

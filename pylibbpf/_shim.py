@@ -31,6 +31,25 @@ def plb_batch_new(ncap: int, cap: int) -> CData:
     return ffi.gc(batch, lib.plb_batch_free)
 
 
+def plb_batch_take_buf(batch: CData) -> CData:
+    """The batch's record bytes (``batch.used`` long; read ``used`` first), now owned by the returned
+    pointer: freed when it is garbage collected. The batch allocates a fresh buffer at its next
+    append. ``batch.used`` must be non-zero."""
+    return ffi.gc(lib.plb_batch_take_buf(batch), lib.plb_buf_free)
+
+
+def plb_buf_alloc(size: int) -> CData:
+    """``size`` bytes of uncleared memory (``uint8_t *``), freed when the pointer is garbage collected."""
+    return ffi.gc(check_ptr(lib.plb_buf_alloc(size), "plb_buf_alloc"), lib.plb_buf_free)
+
+
+def plb_buf_shrink(buf: CData, size: int) -> CData:
+    """``buf`` (from :func:`plb_buf_alloc`) cut to its first ``size`` bytes, in place where the
+    allocator can; returns the pointer that owns them from now on (``buf`` must not be used again)."""
+    ffi.gc(buf, None)  # disarm buf's free: the memory now belongs to the pointer returned
+    return ffi.gc(lib.plb_buf_shrink(buf, size), lib.plb_buf_free)
+
+
 def plb_batch_reset(batch: CData) -> None:
     """Empty ``batch`` (its records, full flag and error): the records were taken."""
     lib.plb_batch_reset(batch)

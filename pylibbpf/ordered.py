@@ -261,11 +261,26 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
     def _alloc_out(self, buf_bytes: int) -> None:
         out = ffi.new("struct plb_merge_out *")
         n = self._max
-        self._arrays = (ffi.new("uint8_t[]", buf_bytes), ffi.new("uint32_t[]", n), ffi.new("uint64_t[]", n),
+        # The payload buffer is malloc'd, not ffi.new'd: ffi.new would clear megabytes the
+        # merge overwrites anyway, and a batch takes it over (_take_out_buf).
+        self._out_buf = _shim.plb_buf_alloc(buf_bytes)
+        self._arrays = (ffi.new("uint32_t[]", n), ffi.new("uint64_t[]", n),
                         ffi.new("uint32_t[]", n), ffi.new("uint32_t[]", n), ffi.new("uint32_t[]", n))
-        out.buf, out.ring, out.ts, out.flags, out.start, out.len = self._arrays
+        out.buf = self._out_buf
+        out.ring, out.ts, out.flags, out.start, out.len = self._arrays
         out.buf_size = buf_bytes
         self._out = out
+
+    def _take_out_buf(self) -> Any:
+        """Hand the merge's payload buffer to a batch (an owner of its ``used`` bytes) and give
+        the merge a fresh one of the same size (merge lock held)."""
+        out = self._out
+        taken = self._out_buf
+        self._out_buf = _shim.plb_buf_alloc(int(out.buf_size))
+        out.buf = self._out_buf
+        used = int(out.used)
+        # Shrunk to the records (in place): a kept small batch must not pin the whole buffer.
+        return _shim.plb_buf_shrink(taken, used) if used <= int(out.buf_size) // 2 else taken
 
     def read(self, timeout: float | None = None) -> Record:
         """The next record in merged order (a :class:`Record` with ``timestamp`` and ``late``).
@@ -482,7 +497,7 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
                 self._alloc_out(max(2 * int(self._out.buf_size), (need + 7) & ~7))
             if n == 0:
                 return None
-            return OrderedBatch.from_merge(self._out, n, self._tag_of, self._tag_name)
+            return OrderedBatch.from_merge(self._out, n, self._tag_of, self._tag_name, self._take_out_buf)
 
     def _free_sources(self) -> None:
         """Free the merge first (it points into the rings), then the rings."""

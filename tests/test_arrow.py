@@ -109,8 +109,10 @@ def test_numeric_columns_are_numpy_memory(obj: BPFObject, prog: Program) -> None
         out = batch.to_arrow(numeric)
         assert pa.total_allocated_bytes() == before
         assert out.column("seq").to_pylist() == list(batch.to_numpy(numeric)["seq"])
-    # a field that is contiguous in the structured array (a one-field event) is wrapped in place
-    arr = batches[0].to_numpy(defevent("one", ("seq", "u64")))
+    # a field that is contiguous in the structured array (a one-field event, rows packed: to_numpy's
+    # array is a strided view of the batch's records, so pack it first) is wrapped in place
+    arr = np.ascontiguousarray(batches[0].to_numpy(defevent("one", ("seq", "u64"))))
+    assert arr.strides == (8,)
     out = record_batch(arr, defevent("one", ("seq", "u64")))
     assert out.column(0).buffers()[1].address == arr.ctypes.data
     assert out.column(0).to_pylist() == arr["seq"].tolist()
