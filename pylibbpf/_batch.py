@@ -1,7 +1,8 @@
 """Batches and records: what the readers hand out, and the batch-reading protocol.
 
 A reader drains records in C into a ``plb_batch`` under its operation lock,
-copies the batch out in one piece (:class:`Batch`), and delivers it to Python
+takes the batch's memory over (or, for a small batch, copies it) as a
+:class:`Batch`, and delivers it to Python
 callbacks outside the lock (:class:`BatchReader`, the protocol RingBuffer and
 PerfBuffer share). :class:`OrderedBatch` is a batch of the ordered merge;
 :class:`Record` is one record of PerfReader or OrderedReader, the pull readers
@@ -282,9 +283,10 @@ class OrderedBatch(Batch):
     sequence of ints without a Python object per record) and ``late[i]`` is
     True when it is below a timestamp delivered earlier. ``lost_notices`` lists the lost-samples notices the
     merge met while producing this batch, as ``(cpu, count)`` pairs (they are
-    not records of the batch; ``lost`` is all zeros). The records are copies
-    in one ``bytes`` object, valid for as long as the batch or a view of it
-    is referenced. ``tag_name`` says what ``tags`` are: ``"cpu"`` (a perf
+    not records of the batch; ``lost`` is all zeros). The records are in
+    memory of the batch's own (the merge's output buffer, handed over, or a
+    ``bytes`` copy for a small batch), valid for as long as the batch, a view
+    or an array of it is referenced. ``tag_name`` says what ``tags`` are: ``"cpu"`` (a perf
     event array's rings) or ``"ring"`` (the index of one of several ring
     buffers); ``to_arrow()`` names that column after it.
     """

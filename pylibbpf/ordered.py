@@ -313,7 +313,8 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
     def read_batch(self, timeout: float | None = None) -> OrderedBatch:
         """Everything the merge lets out now, in merged order, as one :class:`OrderedBatch`.
 
-        The fast path: one C drain, one bytes copy. Waits like :meth:`read` (up
+        The fast path: one C drain; the batch takes over the memory the
+        records were copied into (a small batch copies its few bytes). Waits like :meth:`read` (up
         to ``timeout`` seconds; None: no limit; 0: do not wait) until at least
         one record can be delivered, and returns an empty batch when the time
         runs out. Records a previous ``read`` left are returned first. Lost-

@@ -1,0 +1,98 @@
+/* test_batch.c - the batch collector and the hand-over of its record bytes
+ * (plb_batch_take_buf, plb_buf_*): what was taken stays intact and is the
+ * caller's to free (ASan reports a leak, a double free or a use after free),
+ * the batch goes on collecting into a fresh buffer. */
+#include "plb_batch.c"
+
+#include <string.h>
+
+#include "check.h"
+
+static uint8_t rec[8192];
+
+static void collect(struct plb_batch *b, uint32_t n, uint32_t size, uint8_t first)
+{
+	struct plb_rb_collect_ctx ctx = { b, 0 };
+
+	for (uint32_t i = 0; i < n; i++) {
+		memset(rec, (uint8_t)(first + i), size);
+		CHECK(plb_ringbuf_collect(&ctx, rec, size) == 0);
+	}
+}
+
+/* Record i of the batch (as offsets say) is size bytes of first + i. */
+static void check_records(const uint8_t *buf, const struct plb_batch *b, uint32_t size, uint8_t first)
+{
+	for (uint32_t i = 0; i < b->n; i++) {
+		CHECK(b->len[i] == size && b->start[i] % 8 == 0);
+		for (uint32_t j = 0; j < size; j++)
+			CHECK(buf[b->start[i] + j] == (uint8_t)(first + i));
+	}
+}
+
+int main(void)
+{
+	struct plb_batch *b = plb_batch_new(4, 64);
+	uint8_t *taken[8];
+	size_t cap;
+
+	CHECK(b);
+	CHECK(plb_batch_take_buf(b) == NULL);   /* nothing collected: nothing to take */
+	CHECK(b->buf && b->cap == 64);
+
+	/* Grow past the first buffer, take it: the bytes and offsets are intact, the batch has no buffer. */
+	collect(b, 50, 100, 1);
+	cap = b->cap;
+	CHECK(cap >= b->used && b->used > cap / 2);
+	taken[0] = plb_batch_take_buf(b);
+	CHECK(taken[0] && !b->buf && b->cap == 0 && b->next_cap == cap && b->n == 50);
+	check_records(taken[0], b, 100, 1);
+
+	/* The next drain allocates afresh, the size of the taken buffer; the taken bytes are untouched. */
+	plb_batch_reset(b);
+	collect(b, 3, 24, 200);
+	CHECK(b->buf && b->buf != taken[0] && b->cap == cap);
+	check_records(b->buf, b, 24, 200);
+	/* Mostly empty: shrunk to the records before the hand-over (still the same bytes). */
+	taken[1] = plb_batch_take_buf(b);
+	CHECK(taken[1] && b->next_cap == cap);
+	check_records(taken[1], b, 24, 200);
+
+	/* Take after every drain, with records of every size up to several KiB. */
+	for (int k = 2; k < 8; k++) {
+		uint32_t size = (uint32_t)(1u << (k + 6)) + (uint32_t)k;   /* 130 .. 8199 bytes */
+
+		plb_batch_reset(b);
+		collect(b, (uint32_t)k, size > sizeof(rec) ? sizeof(rec) : size, (uint8_t)k);
+		taken[k] = plb_batch_take_buf(b);
+		CHECK(taken[k]);
+		check_records(taken[k], b, size > sizeof(rec) ? sizeof(rec) : size, (uint8_t)k);
+	}
+	/* Lost-only batches hold no bytes: nothing to take, the batch keeps going. */
+	plb_batch_reset(b);
+	plb_perfbuf_collect_lost(b, 1, 5);
+	CHECK(b->n == 1 && b->used == 0 && plb_batch_take_buf(b) == NULL);
+	for (int k = 0; k < 8; k++)
+		plb_buf_free(taken[k]);
+	plb_batch_free(b);
+
+	/* plb_buf_alloc / plb_buf_shrink: usable memory, shrinking keeps the prefix, 0 bytes is valid. */
+	{
+		uint8_t *p = plb_buf_alloc(1 << 20), *q;
+
+		CHECK(p);
+		memset(p, 0x5a, 1 << 20);
+		q = plb_buf_shrink(p, 100);
+		CHECK(q);
+		for (int i = 0; i < 100; i++)
+			CHECK(q[i] == 0x5a);
+		plb_buf_free(q);
+		p = plb_buf_alloc(0);
+		CHECK(p);
+		plb_buf_free(plb_buf_shrink(p, 0));
+		plb_buf_free(NULL);
+		CHECK(plb_buf_shrink(NULL, 10) == NULL);
+	}
+	puts("test_batch: ok");
+	return 0;
+}
