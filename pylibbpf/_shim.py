@@ -34,8 +34,11 @@ def plb_batch_new(ncap: int, cap: int) -> CData:
 def plb_batch_take_buf(batch: CData) -> CData:
     """The batch's record bytes (``batch.used`` long; read ``used`` first), now owned by the returned
     pointer: freed when it is garbage collected. The batch allocates a fresh buffer at its next
-    append. ``batch.used`` must be non-zero."""
-    return ffi.gc(lib.plb_batch_take_buf(batch), lib.plb_buf_free)
+    append. ValueError when the batch holds no bytes (nothing to hand over)."""
+    buf = lib.plb_batch_take_buf(batch)
+    if buf == ffi.NULL:
+        raise ValueError("plb_batch_take_buf: the batch holds no record bytes")
+    return ffi.gc(buf, lib.plb_buf_free)
 
 
 def plb_buf_alloc(size: int) -> CData:
