@@ -75,10 +75,21 @@ class _Layout:
     strings: tuple[int, ...]   # indices of the utf8 columns
     size: int
     name: str
+    schema: Any
+    what: str   # how errors of the C pass name it
 
 
-@functools.lru_cache(maxsize=64)
+#: id(event_def) -> (event_def, its layout). By identity: EventDef's hash walks
+#: its fields (about a microsecond, per batch otherwise); the definition is
+#: kept referenced so that its id is not reused while it is here.
+_LAYOUTS: dict[int, tuple[Any, _Layout]] = {}
+_LAYOUTS_MAX = 64
+
+
 def _layout(event_def: Any) -> _Layout:
+    hit = _LAYOUTS.get(id(event_def))
+    if hit is not None and hit[0] is event_def:
+        return hit[1]
     infos = event_def.field_infos
     cols = ffi.new("struct plb_column[]", max(1, len(infos)))
     strings = []
@@ -90,8 +101,12 @@ def _layout(event_def: Any) -> _Layout:
             strings.append(i)
         else:
             col.kind = lib.PLB_COL_FIXED
-    return _Layout(len(infos), bytes(ffi.buffer(cols)), tuple(strings), int(event_def.size),
-                   str(event_def.name))
+    layout = _Layout(len(infos), bytes(ffi.buffer(cols)), tuple(strings), int(event_def.size),
+                     str(event_def.name), _schema(event_def, ()), f"{event_def.name}: to_arrow")
+    if len(_LAYOUTS) >= _LAYOUTS_MAX:
+        _LAYOUTS.clear()
+    _LAYOUTS[id(event_def)] = (event_def, layout)
+    return layout
 
 
 def record_batch(arr: Any, event_def: Any, extra: Sequence[tuple[str, Any]] = ()) -> Any:
@@ -112,7 +127,7 @@ def from_records(base: Any, starts: Any, lens: Any, n: int, stride: int, event_d
     """A ``pyarrow.RecordBatch`` of ``n`` records of ``event_def`` in the buffer ``base``.
 
     Record ``i`` starts at ``starts[i]`` and is ``lens[i]`` bytes long
-    (``starts``/``lens``: uint32 buffers, or sequences of ints; None: at
+    (``starts``/``lens``: uint32 buffers, or lists of ints; None: at
     ``i * stride``, ``event_def.size`` long). A record shorter than the event
     raises ValueError naming the event and both sizes; a longer one is cut.
     ``extra`` appends (name, Arrow array) columns of ``n`` values. The
@@ -124,17 +139,27 @@ def from_records(base: Any, starts: Any, lens: Any, n: int, stride: int, event_d
     cols = ffi.new("struct plb_column[]", max(1, layout.ncols))
     ffi.memmove(cols, layout.template, len(layout.template))
     out = ffi.new("struct plb_arrow_array *")
-    shortest = ffi.new("uint32_t *")
+    first = 0
+    if starts is None:
+        c_starts = c_lens = ffi.NULL
+    elif n == 1:   # one record (a wakeup's worth): no index arrays to build
+        if lens[0] < layout.size:
+            raise _too_short(layout, lens)
+        first, c_starts, c_lens = int(starts[0]), ffi.NULL, ffi.NULL
+    elif isinstance(starts, list):   # a few records: one allocation for both
+        both = ffi.new("uint32_t[]", starts + list(lens))
+        c_starts, c_lens = both, both + n
+    else:
+        c_starts, c_lens = ffi.from_buffer("uint32_t[]", starts), ffi.from_buffer("uint32_t[]", lens)
     buf = ffi.from_buffer(base)
-    ret = _shim.plb_columns_arrow(buf, len(buf), _u32(starts), _u32(lens), 0, stride, n, layout.size,
-                                  cols, layout.ncols, shortest, out, f"{layout.name}: to_arrow")
-    if ret < 0:
-        raise ValueError(f"{layout.name}: a record of {shortest[0]} bytes is shorter than "
-                         f"the event's {layout.size} bytes")
+    if _shim.plb_columns_arrow(buf, len(buf), c_starts, c_lens, first, stride, n, layout.size, cols,
+                               layout.ncols, ffi.NULL, out, layout.what) < 0:
+        raise _too_short(layout, lens)
     try:
-        batch = pa.RecordBatch._import_from_c(int(ffi.cast("uintptr_t", out)), _schema(event_def, ()))
-    finally:
-        _shim.plb_arrow_release(out)   # a no-op once pyarrow took it (it clears ``release``)
+        batch = pa.RecordBatch._import_from_c(int(ffi.cast("uintptr_t", out)), layout.schema)
+    except BaseException:
+        _shim.plb_arrow_release(out)   # unless pyarrow took it (which clears ``release``)
+        raise
     for i in layout.strings:
         if cols[i].high:   # a non-ASCII byte: the UTF-8 needs checking
             batch = batch.set_column(i, batch.schema.field(i), _valid_utf8(pa, batch.column(i)))
@@ -144,13 +169,9 @@ def from_records(base: Any, starts: Any, lens: Any, n: int, stride: int, event_d
     return batch
 
 
-def _u32(values: Any) -> Any:
-    """``values`` as a ``uint32_t *`` for the C pass (NULL for None); no copy of a uint32 buffer."""
-    if values is None:
-        return ffi.NULL
-    if isinstance(values, (list, tuple)):
-        return ffi.new("uint32_t[]", values)
-    return ffi.from_buffer("uint32_t[]", values)
+def _too_short(layout: _Layout, lens: Any) -> ValueError:
+    return ValueError(f"{layout.name}: a record of {min(lens)} bytes is shorter than "
+                      f"the event's {layout.size} bytes")
 
 
 def _arrow_type(pa: Any, type_name: str, count: int) -> Any:
