@@ -28,20 +28,55 @@ static int check_columns(uint64_t n, uint32_t rec_size, const struct plb_column 
 	return 0;
 }
 
+/* The index checks below are reductions over every record: vectorised, they
+ * cost a fraction of a nanosecond per record instead of about one (GCC does
+ * not vectorise at the extension's -O2; clang ignores the attribute). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define PLB_VECTORISE __attribute__((optimize("tree-vectorize")))
+#else
+#define PLB_VECTORISE
+#endif
+
+PLB_VECTORISE static uint32_t min_u32(const uint32_t *v, uint64_t n)
+{
+	uint32_t lo = UINT32_MAX;
+
+	for (uint64_t i = 0; i < n; i++)
+		lo = v[i] < lo ? v[i] : lo;
+	return lo;
+}
+
+/* The largest start, and whether starts[i] == starts[0] + i * step for all i. */
+PLB_VECTORISE static uint32_t max_start(const uint32_t *starts, uint64_t n, uint32_t step,
+					int *even)
+{
+	uint32_t hi = 0, off = 0, s0 = starts[0];
+
+	for (uint64_t i = 0; i < n; i++) {
+		hi = starts[i] > hi ? starts[i] : hi;
+		off |= starts[i] ^ (uint32_t)(s0 + (uint32_t)i * step);
+	}
+	*even = off == 0;
+	return hi;
+}
+
 /* Every record at least rec_size long (else -EMSGSIZE and the shortest) and
  * its rec_size bytes inside base_len (else -EINVAL). A pass over the small
- * index arrays only, before any byte is written. */
-static int check_records(uint64_t base_len, const uint32_t *starts, const uint32_t *lens,
-			 uint64_t first, uint64_t stride, uint64_t n, uint32_t rec_size,
+ * index arrays only, before any byte is written. Evenly spaced starts (what
+ * the C collectors make of equal records) become *first and *stride, with
+ * *starts NULL: the copy loops then compute addresses instead of loading them. */
+static int check_records(uint64_t base_len, const uint32_t **starts_p, const uint32_t *lens,
+			 uint64_t *first_p, uint64_t *stride_p, uint64_t n, uint32_t rec_size,
 			 uint32_t *shortest)
 {
+	const uint32_t *starts = *starts_p;
+	uint64_t first = *first_p, stride = *stride_p;
+
 	if (!n)
 		return 0;
 	if (lens) {
-		uint32_t lo = UINT32_MAX;
+		uint32_t lo = min_u32(lens, n);
 
-		for (uint64_t i = 0; i < n; i++)
-			lo = lens[i] < lo ? lens[i] : lo;
 		if (lo < rec_size) {
 			if (shortest)
 				*shortest = lo;
@@ -51,11 +86,19 @@ static int check_records(uint64_t base_len, const uint32_t *starts, const uint32
 	if (rec_size > base_len)
 		return -EINVAL;
 	if (starts) {
-		uint64_t last = base_len - rec_size; /* the highest valid start */
+		uint32_t step = n > 1 && starts[1] >= starts[0] ? starts[1] - starts[0] : 0;
+		int even;
 
-		for (uint64_t i = 0; i < n; i++)
-			if (starts[i] > last)
-				return -EINVAL;
+		/* base_len - rec_size: the highest valid start */
+		if (max_start(starts, n, step, &even) > base_len - rec_size)
+			return -EINVAL;
+		/* compared in 32 bits above: they are starts[0] + i * step exactly
+		 * when that sum never passes 2^32 - 1 */
+		if (even && (n == 1 || (uint64_t)starts[0] + (n - 1) * (uint64_t)step <= UINT32_MAX)) {
+			*starts_p = NULL;
+			*first_p = starts[0];
+			*stride_p = step;
+		}
 		return 0;
 	}
 	/* first + (n - 1) * stride + rec_size <= base_len, without overflow */
@@ -66,56 +109,90 @@ static int check_records(uint64_t base_len, const uint32_t *starts, const uint32
 	return 0;
 }
 
-/* One value of a FIXED column: constant-size copies for the usual sizes (the
- * compiler turns them into single loads and stores), memcpy otherwise. */
-static inline void copy_value(uint8_t *dst, const uint8_t *src, uint32_t size)
+/* Records [i0, i1) of one FIXED column of size bytes at offset off. One
+ * loop per usual size, so that each copy is a single load and store with
+ * everything in registers (a byte store may alias anything, so a general
+ * loop would reload its descriptor after every value). */
+#define PLB_FIXED_LOOP(SIZE)                                                             \
+	do {                                                                             \
+		if (starts)                                                              \
+			for (uint64_t i = i0; i < i1; i++)                               \
+				memcpy(out + i * (SIZE), base + starts[i] + off, (SIZE)); \
+		else                                                                     \
+			for (uint64_t i = i0; i < i1; i++)                               \
+				memcpy(out + i * (SIZE), base + first + i * stride + off, \
+				       (SIZE));                                          \
+	} while (0)
+
+static void fixed_block(uint8_t *restrict out, const uint8_t *restrict base,
+			const uint32_t *restrict starts, uint64_t first, uint64_t stride,
+			uint64_t i0, uint64_t i1, uint32_t off, uint32_t size)
 {
 	switch (size) {
-	case 1: *dst = *src; break;
-	case 2: memcpy(dst, src, 2); break;
-	case 4: memcpy(dst, src, 4); break;
-	case 8: memcpy(dst, src, 8); break;
-	case 16: memcpy(dst, src, 16); break;
-	default: memcpy(dst, src, size); break;
+	case 1: PLB_FIXED_LOOP(1); break;
+	case 2: PLB_FIXED_LOOP(2); break;
+	case 4: PLB_FIXED_LOOP(4); break;
+	case 8: PLB_FIXED_LOOP(8); break;
+	case 16: PLB_FIXED_LOOP(16); break;
+	default: PLB_FIXED_LOOP(size); break;
 	}
 }
 
-/* The bytes of a char[size] before its first NUL, appended at offsets[i];
- * returns the OR of those bytes (bit 7 set: not plain ASCII). */
-static inline uint8_t copy_string(struct plb_column *col, uint64_t i, const uint8_t *src)
+/* Records [i0, i1) of one STRING column: the bytes of each char[size] before
+ * its first NUL, appended from offsets[i]; returns the OR of those bytes
+ * (bit 7 set: not plain ASCII). */
+static uint8_t string_block(uint8_t *restrict values, int32_t *restrict offsets,
+			    const uint8_t *restrict base, const uint32_t *restrict starts,
+			    uint64_t first, uint64_t stride, uint64_t i0, uint64_t i1, uint32_t off,
+			    uint32_t size)
 {
-	const uint8_t *nul = memchr(src, 0, col->size);
-	uint32_t len = nul ? (uint32_t)(nul - src) : col->size;
-	int32_t at = col->offsets[i];
+	int32_t at = offsets[i0];
 	uint8_t any = 0;
 
-	memcpy(col->values + at, src, len);
-	for (uint32_t k = 0; k < len; k++)
-		any |= src[k];
-	col->offsets[i + 1] = at + (int32_t)len;
+	for (uint64_t i = i0; i < i1; i++) {
+		const uint8_t *src = base + (starts ? starts[i] : first + i * stride) + off;
+		const uint8_t *nul = memchr(src, 0, size);
+		uint32_t len = nul ? (uint32_t)(nul - src) : size;
+
+		memcpy(values + at, src, len);
+		for (uint32_t k = 0; k < len; k++)
+			any |= src[k];
+		at += (int32_t)len;
+		offsets[i + 1] = at;
+	}
 	return any;
 }
 
+/* Bytes of records one block covers: the block's records stay in L1 while
+ * each of its columns is written, so the records are fetched from memory
+ * once however many fields they have. */
+#define PLB_BLOCK_BYTES 16384
+
 static void scatter(const uint8_t *base, const uint32_t *starts, uint64_t first, uint64_t stride,
-		    uint64_t n, struct plb_column *cols, uint32_t ncols)
+		    uint64_t n, uint32_t rec_size, struct plb_column *cols, uint32_t ncols)
 {
+	uint64_t per_block = rec_size < PLB_BLOCK_BYTES ? PLB_BLOCK_BYTES / rec_size : 1;
+
 	for (uint32_t c = 0; c < ncols; c++) {
 		cols[c].high = 0; /* the OR of the kept bytes, reduced to a flag below */
 		if (cols[c].kind == PLB_COL_STRING)
 			cols[c].offsets[0] = 0;
 	}
-	/* record by record, every field: each record's bytes are read once, while
-	 * in cache, and each column is written sequentially */
-	for (uint64_t i = 0; i < n; i++) {
-		const uint8_t *rec = base + (starts ? starts[i] : first + i * stride);
+	/* block by block of records; within a block, column by column, each in a
+	 * tight loop specialised to its size */
+	for (uint64_t i0 = 0; i0 < n; i0 += per_block) {
+		uint64_t i1 = n - i0 < per_block ? n : i0 + per_block;
 
 		for (uint32_t c = 0; c < ncols; c++) {
 			struct plb_column *col = &cols[c];
 
 			if (col->kind == PLB_COL_FIXED)
-				copy_value(col->values + i * col->size, rec + col->offset, col->size);
+				fixed_block(col->values, base, starts, first, stride, i0, i1,
+					    col->offset, col->size);
 			else
-				col->high |= copy_string(col, i, rec + col->offset);
+				col->high |= string_block(col->values, col->offsets, base, starts,
+							  first, stride, i0, i1, col->offset,
+							  col->size);
 		}
 	}
 	for (uint32_t c = 0; c < ncols; c++)
@@ -130,10 +207,10 @@ int plb_columns_scatter(const uint8_t *base, uint64_t base_len, const uint32_t *
 	int err = check_columns(n, rec_size, cols, ncols);
 
 	if (!err)
-		err = check_records(base_len, starts, lens, first, stride, n, rec_size, shortest);
+		err = check_records(base_len, &starts, lens, &first, &stride, n, rec_size, shortest);
 	if (err)
 		return err;
-	scatter(base, starts, first, stride, n, cols, ncols);
+	scatter(base, starts, first, stride, n, rec_size, cols, ncols);
 	return 0;
 }
 
@@ -202,7 +279,7 @@ int plb_columns_arrow(const uint8_t *base, uint64_t base_len, const uint32_t *st
 
 	err = check_columns(n, rec_size, cols, ncols);
 	if (!err)
-		err = check_records(base_len, starts, lens, first, stride, n, rec_size, shortest);
+		err = check_records(base_len, &starts, lens, &first, &stride, n, rec_size, shortest);
 	if (err)
 		return err;
 	/* n <= 2^32 and size < 2^32: each column's bytes fit in 64 bits; the sum is checked */
@@ -278,6 +355,6 @@ int plb_columns_arrow(const uint8_t *base, uint64_t base_len, const uint32_t *st
 			slot += 2;
 		}
 	}
-	scatter(base, starts, first, stride, n, cols, ncols);
+	scatter(base, starts, first, stride, n, rec_size, cols, ncols);
 	return 0;
 }
