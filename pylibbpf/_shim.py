@@ -293,9 +293,10 @@ def plb_columns_arrow(base: CData, base_len: int, starts: CData, lens: CData, fi
 
     Pure C over the caller's memory, without the GIL. Returns 0 (the caller
     now owns ``*out``: move it to pyarrow or call its release), or -EMSGSIZE:
-    a record is shorter than ``rec_size`` (``shortest[0]`` is the shortest
-    length; ``*out`` untouched). BPFError(EINVAL) for records outside
-    ``base_len`` or fields outside ``rec_size``, BPFError(ENOMEM).
+    a record is shorter than ``rec_size`` (``shortest[0]``, unless NULL, is
+    the shortest length; ``*out`` untouched). BPFError(EINVAL) for records
+    outside ``base_len``, fields outside ``rec_size`` or a string column of
+    more than 2 GiB; BPFError(ENOMEM). ``base`` is only read during the call.
     """
     ret = int(lib.plb_columns_arrow(base, base_len, starts, lens, first, stride, n, rec_size, cols, ncols,
                                     shortest, out))
