@@ -56,6 +56,7 @@ SOURCES = [
     "csrc/plb_perfattr.c",
     "csrc/plb_program.c",
     "csrc/plb_btf.c",
+    "csrc/plb_columns.c",
 ]
 
 

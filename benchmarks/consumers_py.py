@@ -189,7 +189,7 @@ class ArrowRows:
 
 @consumer("pylibbpf-ringbuf-arrow", "ringbuf")
 def ringbuf_arrow(size: int, check: SeqCheck) -> Reader:
-    """rb.read_batch().to_arrow(event): the batch as a pyarrow RecordBatch (built from to_numpy's array)."""
+    """rb.read_batch().to_arrow(event): the batch as a pyarrow RecordBatch (one C pass into fresh columns)."""
     from pylibbpf import Batch, RingBuffer
 
     ev = event_def(size)

@@ -16,6 +16,7 @@
 #include "plb_perfattr.h"
 #include "plb_program.h"
 #include "plb_btf.h"
+#include "plb_columns.h"
 
 /* Defined by CFFI (extern "Python+C" in the generated cdef/shim.h:
  * tools/gen_cdef.py SHIM_PYTHON_CALLBACKS): logs one libbpf message. */

@@ -1,26 +1,32 @@
-"""Numpy structured arrays of events -> Arrow record batches (pyarrow, an optional extra).
+"""Event records -> Arrow record batches (pyarrow, an optional extra).
 
-Arrow keeps each column in one contiguous buffer; a numpy structured array keeps
-each record in one contiguous row, so a field of it is a strided view. A numeric
-column therefore costs one gather (numpy's strided copy, at memory speed) into a
-contiguous array, and Arrow then wraps that array's memory as the column's data
-buffer without a further copy (the column holds a reference to it). A field that
-is already contiguous (the only field of a record) is wrapped with no copy at all.
+Arrow keeps each field of every record in one contiguous buffer (a column); a
+batch keeps each record's bytes together (a row). The C shim
+(``plb_columns_arrow``, csrc/plb_columns.h) turns rows into columns in one
+pass over the records, without the GIL, into one block of memory it
+allocates, and describes the columns as an Arrow C data interface array;
+pyarrow imports that description without copying (one call for the whole
+batch, not one per column) and frees the block when the last column using it
+is gone. So the result shares no memory with the batch it came from.
 
 ``char[n]`` fields become ``utf8`` strings cut at the first NUL, as
-:meth:`pylibbpf.events.EventDef.parse` decodes them: the NUL positions are found
-with numpy over the whole column and the strings' bytes are packed with one
-boolean gather, so there is no Python object per record. Invalid UTF-8 does not
-raise: the affected values are decoded with U+FFFD replacing invalid sequences,
-exactly as ``parse`` does (a Python loop over that column only when such a value
-is present). Other arrays become ``fixed_size_list`` columns of their element type.
+:meth:`pylibbpf.events.EventDef.parse` decodes them: the C pass packs the
+kept bytes and their offsets, and says whether any byte is non-ASCII. Only
+then is the column's UTF-8 validated, and invalid UTF-8 does not raise: the
+affected values are decoded with U+FFFD replacing invalid sequences, exactly
+as ``parse`` does (a Python loop over that column only when such a value is
+present). Other arrays become ``fixed_size_list`` columns of their element type.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from . import _shim
+from ._ffi import ffi, lib
 
 #: Where the event's name is kept in the schema's metadata.
 EVENT_NAME_KEY = b"pylibbpf.event"
@@ -60,18 +66,112 @@ def _schema(event_def: Any, extra: tuple[tuple[str, Any], ...]) -> Any:
     return pa.schema(fields, metadata={EVENT_NAME_KEY: str(event_def.name).encode()})
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """What the C pass needs of an event, built once per event definition."""
+
+    ncols: int
+    template: bytes       # the event's ``struct plb_column`` array, copied into each call's own
+    strings: tuple[int, ...]   # indices of the utf8 columns
+    size: int
+    name: str
+    schema: Any
+    what: str   # how errors of the C pass name it
+
+
+#: id(event_def) -> (event_def, its layout). By identity: EventDef's hash walks
+#: its fields (about a microsecond, per batch otherwise); the definition is
+#: kept referenced so that its id is not reused while it is here.
+_LAYOUTS: dict[int, tuple[Any, _Layout]] = {}
+_LAYOUTS_MAX = 64
+
+
+def _layout(event_def: Any) -> _Layout:
+    hit = _LAYOUTS.get(id(event_def))
+    if hit is not None and hit[0] is event_def:
+        return hit[1]
+    infos = event_def.field_infos
+    cols = ffi.new("struct plb_column[]", max(1, len(infos)))
+    strings = []
+    for i, f in enumerate(infos):
+        col = cols[i]
+        col.offset, col.size, col.count = f.offset, f.size, f.count
+        if f.type == "char":
+            col.kind = lib.PLB_COL_STRING
+            strings.append(i)
+        else:
+            col.kind = lib.PLB_COL_FIXED
+    layout = _Layout(len(infos), bytes(ffi.buffer(cols)), tuple(strings), int(event_def.size),
+                     str(event_def.name), _schema(event_def, ()), f"{event_def.name}: to_arrow")
+    if len(_LAYOUTS) >= _LAYOUTS_MAX:
+        _LAYOUTS.clear()
+    _LAYOUTS[id(event_def)] = (event_def, layout)
+    return layout
+
+
 def record_batch(arr: Any, event_def: Any, extra: Sequence[tuple[str, Any]] = ()) -> Any:
     """A ``pyarrow.RecordBatch`` of the structured array ``arr`` (``event_def.numpy_dtype()`` rows).
 
     ``extra`` appends columns after the event's fields, as (name, Arrow array)
-    pairs of ``len(arr)`` values. Numeric columns share the memory of contiguous
-    numpy arrays (see the module's docstring); the batch stays valid for as long
-    as it is referenced, independently of ``arr``.
+    pairs of ``len(arr)`` values. The columns are fresh memory: the batch stays
+    valid for as long as it is referenced, independently of ``arr``.
+    """
+    import numpy as np
+
+    arr = np.ascontiguousarray(arr)
+    return from_records(arr, None, None, len(arr), int(arr.dtype.itemsize), event_def, extra)
+
+
+def from_records(base: Any, starts: Any, lens: Any, n: int, stride: int, event_def: Any,
+                 extra: Sequence[tuple[str, Any]] = ()) -> Any:
+    """A ``pyarrow.RecordBatch`` of ``n`` records of ``event_def`` in the buffer ``base``.
+
+    Record ``i`` starts at ``starts[i]`` and is ``lens[i]`` bytes long
+    (``starts``/``lens``: uint32 buffers, or lists of ints; None: at
+    ``i * stride``, ``event_def.size`` long). A record shorter than the event
+    raises ValueError naming the event and both sizes; a longer one is cut.
+    ``extra`` appends (name, Arrow array) columns of ``n`` values. The
+    records are read once, in C without the GIL; the result is independent of
+    ``base`` (fresh memory, freed with the last column that uses it).
     """
     pa = pyarrow("to_arrow")
-    columns = [_column(pa, arr, f) for f in event_def.field_infos]
-    columns += [column for _, column in extra]
-    return pa.RecordBatch.from_arrays(columns, schema=schema(event_def, [(n, c.type) for n, c in extra]))
+    layout = _layout(event_def)
+    cols = ffi.new("struct plb_column[]", max(1, layout.ncols))
+    ffi.memmove(cols, layout.template, len(layout.template))
+    out = ffi.new("struct plb_arrow_array *")
+    first = 0
+    if starts is None:
+        c_starts = c_lens = ffi.NULL
+    elif n == 1:   # one record (a wakeup's worth): no index arrays to build
+        if lens[0] < layout.size:
+            raise _too_short(layout, lens)
+        first, c_starts, c_lens = int(starts[0]), ffi.NULL, ffi.NULL
+    elif isinstance(starts, list):   # a few records: one allocation for both
+        both = ffi.new("uint32_t[]", starts + list(lens))
+        c_starts, c_lens = both, both + n
+    else:
+        c_starts, c_lens = ffi.from_buffer("uint32_t[]", starts), ffi.from_buffer("uint32_t[]", lens)
+    buf = ffi.from_buffer(base)
+    if _shim.plb_columns_arrow(buf, len(buf), c_starts, c_lens, first, stride, n, layout.size, cols,
+                               layout.ncols, ffi.NULL, out, layout.what) < 0:
+        raise _too_short(layout, lens)
+    try:
+        batch = pa.RecordBatch._import_from_c(int(ffi.cast("uintptr_t", out)), layout.schema)
+    except BaseException:
+        _shim.plb_arrow_release(out)   # unless pyarrow took it (which clears ``release``)
+        raise
+    for i in layout.strings:
+        if cols[i].high:   # a non-ASCII byte: the UTF-8 needs checking
+            batch = batch.set_column(i, batch.schema.field(i), _valid_utf8(pa, batch.column(i)))
+    if extra:
+        batch = pa.RecordBatch.from_arrays([*batch.columns, *(c for _, c in extra)],
+                                           schema=schema(event_def, [(name, c.type) for name, c in extra]))
+    return batch
+
+
+def _too_short(layout: _Layout, lens: Any) -> ValueError:
+    return ValueError(f"{layout.name}: a record of {min(lens)} bytes is shorter than "
+                      f"the event's {layout.size} bytes")
 
 
 def _arrow_type(pa: Any, type_name: str, count: int) -> Any:
@@ -81,34 +181,15 @@ def _arrow_type(pa: Any, type_name: str, count: int) -> Any:
     return elem if count == 1 else pa.list_(elem, count)
 
 
-def _column(pa: Any, arr: Any, field: Any) -> Any:
-    import numpy as np
-
-    values = arr[field.name]
-    if field.type == "char":
-        return _strings(pa, np, values, field.count)
-    flat = np.ascontiguousarray(values)   # the one gather; a no-op when already contiguous
-    if field.count == 1:
-        return pa.Array.from_buffers(_arrow_type(pa, field.type, 1), len(flat), [None, pa.py_buffer(flat)])
-    elems = pa.Array.from_buffers(_arrow_type(pa, field.type, 1), flat.size, [None, pa.py_buffer(flat)])
-    return pa.FixedSizeListArray.from_arrays(elems, field.count)
-
-
-def _strings(pa: Any, np: Any, values: Any, width: int) -> Any:
-    """``S<width>`` values -> an Arrow utf8 array of the bytes before the first NUL."""
-    n = len(values)
-    rows = np.ascontiguousarray(values).view(np.uint8).reshape(n, width)
-    nul = rows == 0
-    lengths = np.where(nul.any(axis=1), nul.argmax(axis=1), width)
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    data = rows[np.arange(width) < lengths[:, None]]   # row-major: the strings back to back
-    out = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+def _valid_utf8(pa: Any, column: Any) -> Any:
+    """``column`` (utf8) when its bytes are valid UTF-8; else its values decoded as ``parse`` does (U+FFFD)."""
     try:
-        out.validate(full=True)   # checks the UTF-8
+        column.validate(full=True)
+        return column
     except pa.ArrowInvalid:
-        raw = data.tobytes()
-        out = pa.array([raw[a:b].decode("utf-8", "replace") for a, b in zip(offsets[:-1].tolist(),
-                                                                             offsets[1:].tolist())],
-                       type=pa.string())
-    return out
+        pass
+    _, offsets, data = column.buffers()
+    raw = data.to_pybytes() if data is not None else b""
+    ends = memoryview(offsets).cast("i")
+    return pa.array([raw[ends[i]:ends[i + 1]].decode("utf-8", "replace") for i in range(len(column))],
+                    type=pa.string())

@@ -189,18 +189,25 @@ class Batch:
     def to_arrow(self, event_def: Any) -> Any:
         """All records parsed by ``event_def`` into a ``pyarrow.RecordBatch``, one column per field.
 
-        Built from :meth:`to_numpy`'s array (same errors): numeric fields are
-        Arrow integer columns over contiguous numpy memory (no copy beyond the
-        gather of each field out of the records), ``char[n]`` fields ``utf8``
-        strings cut at the first NUL (invalid UTF-8 replaced by U+FFFD, as
-        ``EventDef.parse`` does), other arrays ``fixed_size_list`` columns. The
-        schema's metadata keeps the event's name (``pylibbpf.event``). An empty
-        batch gives an empty RecordBatch with the full schema. The result is
-        independent of the batch. Raises ImportError naming the ``arrow`` extra
-        when pyarrow is not installed.
+        The records are read once, in C without the GIL, straight into fresh
+        contiguous columns (no structured array in between): numeric fields
+        are Arrow integer columns, ``char[n]`` fields ``utf8`` strings cut at
+        the first NUL (invalid UTF-8 replaced by U+FFFD, as
+        ``EventDef.parse`` does), other arrays ``fixed_size_list`` columns.
+        Records shorter than the event raise ValueError as :meth:`to_numpy`
+        does; longer ones (perf padding) are cut. The schema's metadata keeps
+        the event's name (``pylibbpf.event``). An empty batch gives an empty
+        RecordBatch with the full schema. The result is independent of the
+        batch (its own memory, freed with its last column). Raises
+        ImportError naming the ``arrow`` extra when pyarrow is not installed.
         """
-        _arrow.pyarrow("Batch.to_arrow")
-        return _arrow.record_batch(self.to_numpy(event_def), event_def)
+        return self._arrow(event_def, "Batch.to_arrow", ())
+
+    def _arrow(self, event_def: Any, what: str, extra: Sequence[tuple[str, Any]]) -> Any:
+        """to_arrow of Batch and OrderedBatch: the records' columns, then ``extra`` (name, Arrow array)."""
+        _arrow.pyarrow(what)
+        self.rest()
+        return _arrow.from_records(self.blob, self.starts, self.lens, len(self.starts), 0, event_def, extra)
 
 
 ZEROS_U32 = array.array("I", [0])
@@ -376,7 +383,7 @@ class OrderedBatch(Batch):
         pa = _arrow.pyarrow("OrderedBatch.to_arrow")
         import numpy as np
 
-        arr = self.to_numpy(event_def)   # after rest(): the columns below line up with it
+        self.rest()   # first: the columns below line up with the records left
         taken = set(event_def.fields)
 
         def name(base: str) -> str:
@@ -391,7 +398,7 @@ class OrderedBatch(Batch):
         extra = [(name("timestamp"), pa.array(ts_np, type=pa.uint64())),
                  (name("late"), pa.array(late_np, type=pa.bool_())),
                  (name(self.tag_name), pa.array(np.asarray(self.tags, dtype=np.uint32), type=pa.uint32()))]
-        return _arrow.record_batch(arr, event_def, extra)
+        return self._arrow(event_def, "OrderedBatch.to_arrow", extra)
 
 
 class BatchReader(Closable, _into.HandsBackOdd):

@@ -305,3 +305,29 @@ def plb_into_perf(base: CData, size: int, st: CData, what: str) -> int:
 def plb_into_merge(m: CData, st: CData, flags: int, what: str) -> int:
     """Rows written from the ordered merge, in merged order; BPFError(EINVAL) for bad arguments."""
     return check(int(lib.plb_into_merge(m, st, flags)), what)
+
+
+# --- records -> columns (csrc/plb_columns.h): what to_arrow builds Arrow columns from -----------
+
+def plb_columns_arrow(base: CData, base_len: int, starts: CData, lens: CData, first: int, stride: int, n: int,
+                      rec_size: int, cols: CData, ncols: int, shortest: CData, out: CData, what: str) -> int:
+    """Scatter ``n`` records into fresh columns described by ``*out`` (an Arrow C data interface array).
+
+    Pure C over the caller's memory, without the GIL. Returns 0 (the caller
+    now owns ``*out``: move it to pyarrow or call its release), or -EMSGSIZE:
+    a record is shorter than ``rec_size`` (``shortest[0]``, unless NULL, is
+    the shortest length; ``*out`` untouched). BPFError(EINVAL) for records
+    outside ``base_len``, fields outside ``rec_size`` or a string column of
+    more than 2 GiB; BPFError(ENOMEM). ``base`` is only read during the call.
+    """
+    ret = int(lib.plb_columns_arrow(base, base_len, starts, lens, first, stride, n, rec_size, cols, ncols,
+                                    shortest, out))
+    if ret == -lib.EMSGSIZE:
+        return ret
+    return check(ret, what)
+
+
+def plb_arrow_release(array: CData) -> None:
+    """Release an Arrow C data interface array that no consumer took (its release callback, if still set)."""
+    if array.release != ffi.NULL:
+        array.release(array)

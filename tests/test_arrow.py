@@ -4,6 +4,8 @@ OrderedReader, converted to pyarrow RecordBatches and compared with to_numpy and
 
 from __future__ import annotations
 
+import array
+import gc
 import os
 import subprocess
 import sys
@@ -18,7 +20,7 @@ import pyarrow as pa
 import pytest
 from progs import RAW_TP_ARGS, old_ts
 
-from pylibbpf import BPFObject, OrderedReader, PerfBuffer, Program, RingBuffer
+from pylibbpf import Batch, BPFObject, OrderedBatch, OrderedReader, PerfBuffer, Program, RingBuffer
 from pylibbpf._arrow import record_batch
 from pylibbpf.events import defevent
 
@@ -98,24 +100,38 @@ def test_ring_buffer_batch(obj: BPFObject, prog: Program) -> None:
     assert table.column("comm").to_pylist()[:4] == ["bash", "x" * 15 + "\ufffd", "", "café\ufffd\ufffd!"]
 
 
-def test_numeric_columns_are_numpy_memory(obj: BPFObject, prog: Program) -> None:
+def test_columns_are_fresh_memory_independent_of_the_batch(obj: BPFObject, prog: Program) -> None:
     with RingBuffer(obj.maps["rb"], lambda data: None) as rb:
         emit(prog, 64, target=TO_RING)
         batches = read_all(lambda: rb.read_batch(0), 64)
     numeric = defevent("numeric", ("seq", "u64"), ("ts", "u64"), ("delta", "i32"), ("vals", "u16", 3))
+    outs = []
     for batch in batches:
-        # Arrow allocates nothing for integer and fixed-size-list columns: their buffers are numpy's
+        want = batch.to_numpy(numeric)
+        # the C pass allocates the columns itself (one block), not Arrow's memory pool
         before = pa.total_allocated_bytes()
         out = batch.to_arrow(numeric)
         assert pa.total_allocated_bytes() == before
-        assert out.column("seq").to_pylist() == list(batch.to_numpy(numeric)["seq"])
-    # a field that is contiguous in the structured array (a one-field event, rows packed: to_numpy's
-    # array is a strided view of the batch's records, so pack it first) is wrapped in place
-    arr = np.ascontiguousarray(batches[0].to_numpy(defevent("one", ("seq", "u64"))))
-    assert arr.strides == (8,)
-    out = record_batch(arr, defevent("one", ("seq", "u64")))
-    assert out.column(0).buffers()[1].address == arr.ctypes.data
-    assert out.column(0).to_pylist() == arr["seq"].tolist()
+        blob = np.frombuffer(batch.blob, dtype=np.uint8)
+        lo, hi = blob.ctypes.data, blob.ctypes.data + blob.nbytes
+        for column in out.columns:
+            for buf in column.buffers():
+                assert buf is None or not lo <= buf.address < hi
+                assert buf is None or buf.address % 64 == 0   # Arrow's recommended alignment
+        assert out.column("seq").to_pylist() == want["seq"].tolist()
+        assert out.column("vals").to_pylist() == want["vals"].tolist()
+        outs.append((out, want))
+    del batches, batch, blob
+    gc.collect()
+    for out, want in outs:   # the batches are gone: the columns are still there, unchanged
+        out.validate(full=True)
+        assert out.column("ts").to_pylist() == want["ts"].tolist()
+    # a structured array is copied too: changing it afterwards does not change the RecordBatch
+    one = defevent("one", ("seq", "u64"))
+    arr = np.arange(5, dtype=np.uint64).view(one.numpy_dtype())
+    out = record_batch(arr, one)
+    arr["seq"][:] = 9
+    assert out.column(0).to_pylist() == [0, 1, 2, 3, 4]
 
 
 def test_perf_buffer_batch(obj: BPFObject, prog: Program, cpu: int) -> None:
@@ -232,3 +248,57 @@ def test_arrow_columns_equal_numpy_columns_synthetic() -> None:
     assert out.to_pylist() == rows
     assert [np.dtype(f.type.to_pandas_dtype()) for f in out.schema if f.name in ("a", "b", "d")] == [
         np.int8, np.uint16, np.uint64]
+
+
+def synthetic_batch(records: list[bytes], as_arrays: bool) -> Batch:
+    """A Batch over ``records`` laid out as the C collectors lay them out (8-aligned starts)."""
+    batch = Batch.empty()
+    blob, starts = b"", []
+    for rec in records:
+        starts.append(len(blob))
+        blob += rec + b"\0" * (-len(rec) % 8)
+    batch.blob, batch.view = blob, memoryview(blob)
+    lens = [len(r) for r in records]
+    batch.starts = array.array("I", starts) if as_arrays else starts
+    batch.lens = array.array("I", lens) if as_arrays else lens
+    batch.tags, batch.lost = [0] * len(records), [0] * len(records)
+    return batch
+
+
+@pytest.mark.parametrize("n", [1, 2, 40])
+@pytest.mark.parametrize("as_arrays", [False, True])
+def test_every_index_form_gives_to_numpy_columns(n: int, as_arrays: bool) -> None:
+    # one record (passed as a start offset), a few (one index array), many (the batch's arrays);
+    # records longer than the event are cut, strings are cut at the NUL or kept whole
+    ev = defevent("idx", ("pid", "u32"), ("comm", "char", 7), ("b", "u8"), ("vals", "i16", 3), layout="c")
+    rows = [{"pid": i, "comm": "abcdefg"[: i % 8], "b": i % 256, "vals": [i, -i, 7]} for i in range(n)]
+    records = [ev.serialize(r) + b"\xff" * (i % 3) for i, r in enumerate(rows)]
+    batch = synthetic_batch(records, as_arrays)
+    out = batch.to_arrow(ev)
+    out.validate(full=True)
+    assert out.to_pylist() == rows
+    want = batch.to_numpy(ev)
+    assert out.column("pid").to_numpy().tolist() == want["pid"].tolist()
+    # a short record anywhere: the same ValueError as to_numpy, whichever form the indices have
+    records[n // 2] = records[n // 2][: ev.size - 2]
+    short = synthetic_batch(records, as_arrays)
+    with pytest.raises(ValueError) as from_numpy:
+        short.to_numpy(ev)
+    with pytest.raises(ValueError) as from_arrow:
+        short.to_arrow(ev)
+    assert str(from_arrow.value) == str(from_numpy.value)
+
+
+def test_ordered_batch_delivered_records_are_left_out() -> None:
+    # records a callback already took (batch.next) are not converted, and the merge's columns line up
+    ev = defevent("o", ("seq", "u64"))
+    batch = OrderedBatch.empty("ring")
+    recs = [ev.serialize({"seq": i}) for i in range(5)]
+    plain = synthetic_batch(recs, False)
+    batch.blob, batch.view, batch.starts, batch.lens = plain.blob, plain.view, plain.starts, plain.lens
+    batch.tags, batch.lost = [0, 1, 0, 1, 0], [0] * 5
+    batch.timestamps, batch.late = array.array("Q", [10, 20, 30, 40, 50]), [False, False, True, False, False]
+    batch.next = 2
+    out = batch.to_arrow(ev)
+    assert out.to_pydict() == {"seq": [2, 3, 4], "timestamp": [30, 40, 50], "late": [True, False, False],
+                               "ring": [0, 1, 0]}

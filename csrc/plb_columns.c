@@ -1,0 +1,360 @@
+/* plb_columns.c - records -> columns in one pass (see plb_columns.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plb_columns.h"
+
+#define PLB_COL_ALIGN 64 /* Arrow's recommended buffer alignment */
+
+static int check_columns(uint64_t n, uint32_t rec_size, const struct plb_column *cols,
+			 uint32_t ncols)
+{
+	if (n > UINT32_MAX) /* a batch's count is a u32; keeps n * size in 64 bits */
+		return -EINVAL;
+	for (uint32_t c = 0; c < ncols; c++) {
+		const struct plb_column *col = &cols[c];
+
+		if (!col->size || (uint64_t)col->offset + col->size > rec_size)
+			return -EINVAL;
+		if (col->kind == PLB_COL_STRING) {
+			/* int32 offsets: the packed bytes can be up to n * size */
+			if (n * (uint64_t)col->size > INT32_MAX)
+				return -EINVAL;
+		} else if (col->kind != PLB_COL_FIXED) {
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* The index checks below are reductions over every record: vectorised, they
+ * cost a fraction of a nanosecond per record instead of about one (GCC does
+ * not vectorise at the extension's -O2; clang ignores the attribute). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define PLB_VECTORISE __attribute__((optimize("tree-vectorize")))
+#else
+#define PLB_VECTORISE
+#endif
+
+PLB_VECTORISE static uint32_t min_u32(const uint32_t *v, uint64_t n)
+{
+	uint32_t lo = UINT32_MAX;
+
+	for (uint64_t i = 0; i < n; i++)
+		lo = v[i] < lo ? v[i] : lo;
+	return lo;
+}
+
+/* The largest start, and whether starts[i] == starts[0] + i * step for all i. */
+PLB_VECTORISE static uint32_t max_start(const uint32_t *starts, uint64_t n, uint32_t step,
+					int *even)
+{
+	uint32_t hi = 0, off = 0, s0 = starts[0];
+
+	for (uint64_t i = 0; i < n; i++) {
+		hi = starts[i] > hi ? starts[i] : hi;
+		off |= starts[i] ^ (uint32_t)(s0 + (uint32_t)i * step);
+	}
+	*even = off == 0;
+	return hi;
+}
+
+/* Every record at least rec_size long (else -EMSGSIZE and the shortest) and
+ * its rec_size bytes inside base_len (else -EINVAL). A pass over the small
+ * index arrays only, before any byte is written. Evenly spaced starts (what
+ * the C collectors make of equal records) become *first and *stride, with
+ * *starts NULL: the copy loops then compute addresses instead of loading them. */
+static int check_records(uint64_t base_len, const uint32_t **starts_p, const uint32_t *lens,
+			 uint64_t *first_p, uint64_t *stride_p, uint64_t n, uint32_t rec_size,
+			 uint32_t *shortest)
+{
+	const uint32_t *starts = *starts_p;
+	uint64_t first = *first_p, stride = *stride_p;
+
+	if (!n)
+		return 0;
+	if (lens) {
+		uint32_t lo = min_u32(lens, n);
+
+		if (lo < rec_size) {
+			if (shortest)
+				*shortest = lo;
+			return -EMSGSIZE;
+		}
+	}
+	if (rec_size > base_len)
+		return -EINVAL;
+	if (starts) {
+		uint32_t step = n > 1 && starts[1] >= starts[0] ? starts[1] - starts[0] : 0;
+		int even;
+
+		/* base_len - rec_size: the highest valid start */
+		if (max_start(starts, n, step, &even) > base_len - rec_size)
+			return -EINVAL;
+		/* compared in 32 bits above: they are starts[0] + i * step exactly
+		 * when that sum never passes 2^32 - 1 */
+		if (even && (n == 1 || (uint64_t)starts[0] + (n - 1) * (uint64_t)step <= UINT32_MAX)) {
+			*starts_p = NULL;
+			*first_p = starts[0];
+			*stride_p = step;
+		}
+		return 0;
+	}
+	/* first + (n - 1) * stride + rec_size <= base_len, without overflow */
+	if (first > base_len - rec_size)
+		return -EINVAL;
+	if (stride && n - 1 > (base_len - rec_size - first) / stride)
+		return -EINVAL;
+	return 0;
+}
+
+/* Records [i0, i1) of one FIXED column of size bytes at offset off. One
+ * loop per usual size, so that each copy is a single load and store with
+ * everything in registers (a byte store may alias anything, so a general
+ * loop would reload its descriptor after every value). */
+#define PLB_FIXED_LOOP(SIZE)                                                             \
+	do {                                                                             \
+		if (starts)                                                              \
+			for (uint64_t i = i0; i < i1; i++)                               \
+				memcpy(out + i * (SIZE), base + starts[i] + off, (SIZE)); \
+		else                                                                     \
+			for (uint64_t i = i0; i < i1; i++)                               \
+				memcpy(out + i * (SIZE), base + first + i * stride + off, \
+				       (SIZE));                                          \
+	} while (0)
+
+static void fixed_block(uint8_t *restrict out, const uint8_t *restrict base,
+			const uint32_t *restrict starts, uint64_t first, uint64_t stride,
+			uint64_t i0, uint64_t i1, uint32_t off, uint32_t size)
+{
+	switch (size) {
+	case 1: PLB_FIXED_LOOP(1); break;
+	case 2: PLB_FIXED_LOOP(2); break;
+	case 4: PLB_FIXED_LOOP(4); break;
+	case 8: PLB_FIXED_LOOP(8); break;
+	case 16: PLB_FIXED_LOOP(16); break;
+	default: PLB_FIXED_LOOP(size); break;
+	}
+}
+
+/* Records [i0, i1) of one STRING column: the bytes of each char[size] before
+ * its first NUL, appended from offsets[i]; returns the OR of those bytes
+ * (bit 7 set: not plain ASCII). */
+static uint8_t string_block(uint8_t *restrict values, int32_t *restrict offsets,
+			    const uint8_t *restrict base, const uint32_t *restrict starts,
+			    uint64_t first, uint64_t stride, uint64_t i0, uint64_t i1, uint32_t off,
+			    uint32_t size)
+{
+	int32_t at = offsets[i0];
+	uint8_t any = 0;
+
+	for (uint64_t i = i0; i < i1; i++) {
+		const uint8_t *src = base + (starts ? starts[i] : first + i * stride) + off;
+		const uint8_t *nul = memchr(src, 0, size);
+		uint32_t len = nul ? (uint32_t)(nul - src) : size;
+
+		memcpy(values + at, src, len);
+		for (uint32_t k = 0; k < len; k++)
+			any |= src[k];
+		at += (int32_t)len;
+		offsets[i + 1] = at;
+	}
+	return any;
+}
+
+/* Bytes of records one block covers: the block's records stay in L1 while
+ * each of its columns is written, so the records are fetched from memory
+ * once however many fields they have. */
+#define PLB_BLOCK_BYTES 16384
+
+static void scatter(const uint8_t *base, const uint32_t *starts, uint64_t first, uint64_t stride,
+		    uint64_t n, uint32_t rec_size, struct plb_column *cols, uint32_t ncols)
+{
+	uint64_t per_block = rec_size < PLB_BLOCK_BYTES ? PLB_BLOCK_BYTES / rec_size : 1;
+
+	for (uint32_t c = 0; c < ncols; c++) {
+		cols[c].high = 0; /* the OR of the kept bytes, reduced to a flag below */
+		if (cols[c].kind == PLB_COL_STRING)
+			cols[c].offsets[0] = 0;
+	}
+	/* block by block of records; within a block, column by column, each in a
+	 * tight loop specialised to its size */
+	for (uint64_t i0 = 0; i0 < n; i0 += per_block) {
+		uint64_t i1 = n - i0 < per_block ? n : i0 + per_block;
+
+		for (uint32_t c = 0; c < ncols; c++) {
+			struct plb_column *col = &cols[c];
+
+			if (col->kind == PLB_COL_FIXED)
+				fixed_block(col->values, base, starts, first, stride, i0, i1,
+					    col->offset, col->size);
+			else
+				col->high |= string_block(col->values, col->offsets, base, starts,
+							  first, stride, i0, i1, col->offset,
+							  col->size);
+		}
+	}
+	for (uint32_t c = 0; c < ncols; c++)
+		cols[c].high = (cols[c].high & 0x80) != 0;
+}
+
+int plb_columns_scatter(const uint8_t *base, uint64_t base_len, const uint32_t *starts,
+			const uint32_t *lens, uint64_t first, uint64_t stride, uint64_t n,
+			uint32_t rec_size, struct plb_column *cols, uint32_t ncols,
+			uint32_t *shortest)
+{
+	int err = check_columns(n, rec_size, cols, ncols);
+
+	if (!err)
+		err = check_records(base_len, &starts, lens, &first, &stride, n, rec_size, shortest);
+	if (err)
+		return err;
+	scatter(base, starts, first, stride, n, rec_size, cols, ncols);
+	return 0;
+}
+
+/* --- the Arrow C data interface view ------------------------------------------------------ */
+
+/* The block's head: every array of the batch but the top one (which is the
+ * caller's), and a count of the arrays not released yet. A consumer may move
+ * a child out and release the parent first (the C data interface allows it),
+ * so the block is freed when the last array referring to it is released. */
+struct plb_columns_block {
+	int64_t refs;
+	uint32_t narrays;
+	struct plb_arrow_array *arrays; /* in the block */
+};
+
+static void block_unref(struct plb_columns_block *blk)
+{
+	if (__atomic_sub_fetch(&blk->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		free(blk);
+}
+
+/* Release an array: its children first (those not moved out nor released),
+ * then its reference to the block. */
+static void array_release(struct plb_arrow_array *a)
+{
+	for (int64_t k = 0; k < a->n_children; k++)
+		if (a->children[k]->release)
+			a->children[k]->release(a->children[k]);
+	a->release = NULL;
+	block_unref(a->private_data);
+}
+
+static uint64_t align_up(uint64_t x)
+{
+	return (x + PLB_COL_ALIGN - 1) & ~(uint64_t)(PLB_COL_ALIGN - 1);
+}
+
+static void array_init(struct plb_arrow_array *a, struct plb_columns_block *blk, int64_t length,
+		       const void **buffers, int64_t n_buffers, struct plb_arrow_array **children,
+		       int64_t n_children)
+{
+	a->length = length;
+	a->null_count = 0;
+	a->offset = 0;
+	a->n_buffers = n_buffers;
+	a->n_children = n_children;
+	a->buffers = buffers;
+	a->children = children;
+	a->dictionary = NULL;
+	a->release = array_release;
+	a->private_data = blk;
+	buffers[0] = NULL; /* no validity bitmap: no nulls */
+}
+
+int plb_columns_arrow(const uint8_t *base, uint64_t base_len, const uint32_t *starts,
+		      const uint32_t *lens, uint64_t first, uint64_t stride, uint64_t n,
+		      uint32_t rec_size, struct plb_column *cols, uint32_t ncols,
+		      uint32_t *shortest, struct plb_arrow_array *out)
+{
+	uint64_t narrays = ncols, nslots = 1 + ncols, data = 0, head;
+	struct plb_columns_block *blk;
+	struct plb_arrow_array *arr;
+	const void **slot;
+	uint8_t *mem;
+	int err;
+
+	err = check_columns(n, rec_size, cols, ncols);
+	if (!err)
+		err = check_records(base_len, &starts, lens, &first, &stride, n, rec_size, shortest);
+	if (err)
+		return err;
+	/* n <= 2^32 and size < 2^32: each column's bytes fit in 64 bits; the sum is checked */
+	for (uint32_t c = 0; c < ncols; c++) {
+		const struct plb_column *col = &cols[c];
+		uint64_t bytes = align_up(n * col->size);
+
+		if (col->kind == PLB_COL_STRING) {
+			bytes += align_up((n + 1) * sizeof(int32_t));
+			nslots += 3;
+		} else if (col->count > 1) {
+			if (col->size % col->count)
+				return -EINVAL;
+			narrays++;           /* the list's child */
+			nslots += 1 + 1 + 2; /* list buffers, its children pointer, child buffers */
+		} else {
+			nslots += 2;
+		}
+		if (__builtin_add_overflow(data, bytes, &data))
+			return -ENOMEM;
+	}
+	head = align_up(sizeof(*blk) + narrays * sizeof(*arr) + nslots * sizeof(void *));
+	if (__builtin_add_overflow(head, data, &data) || data > SIZE_MAX)
+		return -ENOMEM;
+	if (posix_memalign((void **)&mem, PLB_COL_ALIGN, data ? data : PLB_COL_ALIGN))
+		return -ENOMEM;
+
+	blk = (struct plb_columns_block *)mem;
+	arr = (struct plb_arrow_array *)(mem + sizeof(*blk));
+	slot = (const void **)(arr + narrays);
+	blk->narrays = (uint32_t)narrays;
+	blk->arrays = arr;
+	blk->refs = 1 + (int64_t)narrays; /* the top array and every other one */
+
+	/* the top array: a struct array, one child per column */
+	struct plb_arrow_array **top_children = (struct plb_arrow_array **)slot;
+	slot += ncols;
+	array_init(out, blk, (int64_t)n, slot, 1, top_children, ncols);
+	slot += 1;
+
+	uint8_t *p = mem + head;
+	struct plb_arrow_array *next = arr + ncols; /* the lists' children */
+
+	for (uint32_t c = 0; c < ncols; c++) {
+		struct plb_column *col = &cols[c];
+		struct plb_arrow_array *a = &arr[c];
+
+		top_children[c] = a;
+		col->values = p;
+		p += align_up(n * col->size);
+		if (col->kind == PLB_COL_STRING) {
+			col->offsets = (int32_t *)p;
+			p += align_up((n + 1) * sizeof(int32_t));
+			array_init(a, blk, (int64_t)n, slot, 3, NULL, 0);
+			slot[1] = col->offsets;
+			slot[2] = col->values;
+			slot += 3;
+		} else if (col->count > 1) {
+			struct plb_arrow_array **kids = (struct plb_arrow_array **)slot;
+
+			slot += 1;
+			array_init(a, blk, (int64_t)n, slot, 1, kids, 1);
+			slot += 1;
+			kids[0] = next;
+			array_init(next, blk, (int64_t)(n * col->count), slot, 2, NULL, 0);
+			slot[1] = col->values;
+			slot += 2;
+			next++;
+		} else {
+			col->offsets = NULL;
+			array_init(a, blk, (int64_t)n, slot, 2, NULL, 0);
+			slot[1] = col->values;
+			slot += 2;
+		}
+	}
+	scatter(base, starts, first, stride, n, rec_size, cols, ncols);
+	return 0;
+}
