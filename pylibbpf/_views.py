@@ -24,6 +24,9 @@ from itertools import islice
 #: Records per chunk: the cached slices of one record size cover one chunk
 #: (about 90 bytes each: a slice and its ints), and a chunk costs one extra view.
 CHUNK = 2048
+#: Fewer records than this take the per-record path: recognising a uniform batch
+#: costs about what a few slices do (the latency case: one record per wakeup).
+MIN_RECORDS = 8
 #: Record sizes whose slices are kept at a time (past it the cache starts over).
 _MAX_SIZES = 16
 
@@ -39,10 +42,10 @@ def uniform_stride(starts: Sequence[int], lens: Sequence[int], first: int, n: in
     so equal lengths ``L`` and a last start ``(n - 1 - first) * S`` past the
     first (``S``: ``L`` rounded up to 8) mean every record is ``S`` after the
     one before. A zero length gives 0 (nothing to gain, and perf's lost-sample
-    notices have no bytes).
+    notices have no bytes), and so do fewer than :data:`MIN_RECORDS` records.
     """
     count = n - first
-    if count <= 0:
+    if count < MIN_RECORDS:
         return 0
     length = lens[first]
     stride = (length + 7) & ~7

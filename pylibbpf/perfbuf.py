@@ -34,7 +34,7 @@ from ._rings import (
     ring_cpus,
     ring_range,
 )
-from ._views import chunk_slices, uniform_stride
+from ._views import MIN_RECORDS, chunk_slices, uniform_stride
 from .maps import Map
 
 
@@ -187,7 +187,7 @@ class PerfBuffer(BatchReader):
         first = batch.next
         n = len(batch.starts)
         # Equal lengths, none 0, so no lost-sample notice in the batch (those have no bytes).
-        stride = uniform_stride(batch.starts, batch.lens, first, n)
+        stride = uniform_stride(batch.starts, batch.lens, first, n) if n - first >= MIN_RECORDS else 0
         try:
             if stride:
                 self._deliver_uniform(batch, first, n, stride)

@@ -28,7 +28,7 @@ from ._batch import Batch, BatchReader
 from ._close import Callback, Closable, Waiter
 from ._ffi import ffi, lib
 from ._rings import SAFETY_NET_MS, RingBufLayout, RingBufMaps, busy_pause, require_map_type
-from ._views import chunk_slices, uniform_stride
+from ._views import MIN_RECORDS, chunk_slices, uniform_stride
 from .errors import ClosedError
 from .maps import Map
 
@@ -169,7 +169,7 @@ class RingBuffer(BatchReader):
             return 0
         first = batch.next
         n = len(batch.starts)
-        stride = uniform_stride(batch.starts, batch.lens, first, n)
+        stride = uniform_stride(batch.starts, batch.lens, first, n) if n - first >= MIN_RECORDS else 0
         try:
             if stride:
                 self._deliver_uniform(batch, first, n, stride)

@@ -38,6 +38,8 @@ def test_uniform_stride(kind: str) -> None:
     assert stride([]) == 0
     assert stride([48] + [32] * 99, first=1) == 32    # the records from `first` on
     assert stride([32] * 10, first=10) == 0
+    assert stride([32] * _views.MIN_RECORDS) == 32
+    assert stride([32] * (_views.MIN_RECORDS - 1)) == 0  # too few to pay for the check
 
 
 def test_a_gap_between_equal_records_is_not_uniform() -> None:
