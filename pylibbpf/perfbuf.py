@@ -1,7 +1,8 @@
 """BPF perf event arrays (``BPF_MAP_TYPE_PERF_EVENT_ARRAY``) read through libbpf's ``perf_buffer``.
 
 :class:`PerfBuffer` is libbpf's per-CPU reader: samples are drained in C into a
-batch and delivered to ``callback(cpu, data)`` in a Python loop; lost-sample
+batch and delivered to ``callback(cpu, data)`` in a Python loop (cached slices
+for a batch of equal-size samples, ``_views``); lost-sample
 notices go to ``lost_callback(cpu, count)`` and are always counted in
 ``lost_samples``.
 

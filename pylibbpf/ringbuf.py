@@ -3,7 +3,8 @@
 :class:`RingBuffer` drains records in C (``ring_buffer__consume_n`` with a C
 sample callback that copies into a batch) and calls the Python callback for
 each record of the batch in a loop: one C->Python crossing per batch, not per
-event.
+event. A batch of equal-size records (fixed-size events) is walked with cached
+slices (``_views``), so a record costs its view and its call.
 
 Below it, the mmap layer (seed: clj-ebpf's ``map-ringbuf`` family):
 :func:`map_ringbuf` maps a ring buffer map into this process
@@ -49,7 +50,9 @@ class RingBuffer(BatchReader):
     int stops the current ``poll``/``consume`` after that record, as in libbpf;
     the records after it stay queued for the next call. A callback that raises
     stops the call the same way and the exception reaches the caller; nothing
-    is lost or delivered twice.
+    is lost or delivered twice (the record whose callback raised counts as
+    delivered, in ``poll``'s count too). Any other return than None or an
+    int raises TypeError naming the callback, after its record.
 
     One thread polls at a time; ``close()`` may come from any thread and wakes
     a blocked ``poll(-1)``, which then raises ClosedError.
