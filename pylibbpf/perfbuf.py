@@ -1,7 +1,8 @@
 """BPF perf event arrays (``BPF_MAP_TYPE_PERF_EVENT_ARRAY``) read through libbpf's ``perf_buffer``.
 
 :class:`PerfBuffer` is libbpf's per-CPU reader: samples are drained in C into a
-batch and delivered to ``callback(cpu, data)`` in a Python loop; lost-sample
+batch and delivered to ``callback(cpu, data)`` in a Python loop (cached slices
+for a batch of equal-size samples, ``_views``); lost-sample
 notices go to ``lost_callback(cpu, count)`` and are always counted in
 ``lost_samples``.
 
@@ -16,8 +17,9 @@ import math
 import mmap
 import os
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from itertools import islice
+from operator import length_hint
 
 from . import _check, _close, _into, _libbpf, _shim
 from ._batch import Batch, BatchReader, Record, RecordReader, any_nonzero
@@ -33,6 +35,7 @@ from ._rings import (
     ring_cpus,
     ring_range,
 )
+from ._views import MIN_RECORDS, chunk_slices, uniform_stride
 from .maps import Map
 
 
@@ -174,12 +177,49 @@ class PerfBuffer(BatchReader):
                 _shim.plb_batch_reset(self._batch)  # taken: a later drain's error must not take them again
 
     def _deliver(self) -> int:
+        """Call the callbacks for the pending records, in order; how many were handled.
+
+        A record counts as handled once its callback was called (also when it
+        raised); the records after it stay pending for the next call.
+        """
         batch = self._pending
         if batch is None:
             return 0
+        first = batch.next
+        n = len(batch.starts)
+        # Equal lengths, none 0, so no lost-sample notice in the batch (those have no bytes).
+        stride = uniform_stride(batch.starts, batch.lens, first, n) if n - first >= MIN_RECORDS else 0
+        try:
+            if stride:
+                self._deliver_uniform(batch, first, n, stride)
+            else:
+                self._deliver_each(batch, first)
+        finally:
+            if batch.next >= n:
+                self._pending = None
+        return batch.next - first
+
+    def _deliver_uniform(self, batch: Batch, first: int, n: int, stride: int) -> None:
+        """Samples ``first..n-1`` of one size at one stride: cached slices (see RingBuffer._deliver_uniform)."""
+        starts, view, tags, callback = batch.starts, batch.view, batch.tags, self._callback
+        slices = chunk_slices(stride, batch.lens[first])
+        state: tuple[int, Iterator[slice]] = (first, iter(()))
+        try:
+            while state[0] < n:
+                pos = state[0]
+                part = slices if n - pos >= len(slices) else slices[:n - pos]
+                state = (pos + len(part), iter(part))
+                chunk = view[starts[pos]:]
+                for s, cpu in zip(state[1], islice(tags, pos, None)):
+                    callback(cpu, chunk[s])
+        finally:
+            batch.next = state[0] - length_hint(state[1])
+
+    def _deliver_each(self, batch: Batch, first: int) -> None:
+        """Any records, lost-sample notices included: a slice made per record."""
         view = batch.view
         callback, lost_callback = self._callback, self._lost_callback
-        i = first = batch.next
+        i = first
         try:
             for start, length, cpu, lost in zip(islice(batch.starts, i, None), islice(batch.lens, i, None),
                                                 islice(batch.tags, i, None), islice(batch.lost, i, None)):
@@ -192,9 +232,6 @@ class PerfBuffer(BatchReader):
                     callback(cpu, view[start:start + length])
         finally:
             batch.next = i
-            if i >= len(batch.starts):
-                self._pending = None
-        return i - first
 
     _perf_rows = True
 

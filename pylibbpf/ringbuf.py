@@ -3,7 +3,8 @@
 :class:`RingBuffer` drains records in C (``ring_buffer__consume_n`` with a C
 sample callback that copies into a batch) and calls the Python callback for
 each record of the batch in a loop: one C->Python crossing per batch, not per
-event.
+event. A batch of equal-size records (fixed-size events) is walked with cached
+slices (``_views``), so a record costs its view and its call.
 
 Below it, the mmap layer (seed: clj-ebpf's ``map-ringbuf`` family):
 :func:`map_ringbuf` maps a ring buffer map into this process
@@ -18,8 +19,9 @@ from __future__ import annotations
 
 import errno
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from itertools import islice
+from operator import length_hint
 from typing import Any
 
 from . import _check, _close, _into, _libbpf, _shim
@@ -27,6 +29,7 @@ from ._batch import Batch, BatchReader
 from ._close import Callback, Closable, Waiter
 from ._ffi import ffi, lib
 from ._rings import SAFETY_NET_MS, RingBufLayout, RingBufMaps, busy_pause, require_map_type
+from ._views import MIN_RECORDS, chunk_slices, uniform_stride
 from .errors import ClosedError
 from .maps import Map
 
@@ -47,7 +50,9 @@ class RingBuffer(BatchReader):
     int stops the current ``poll``/``consume`` after that record, as in libbpf;
     the records after it stay queued for the next call. A callback that raises
     stops the call the same way and the exception reaches the caller; nothing
-    is lost or delivered twice.
+    is lost or delivered twice (the record whose callback raised counts as
+    delivered, in ``poll``'s count too). Any other return than None or an
+    int raises TypeError naming the callback, after its record.
 
     One thread polls at a time; ``close()`` may come from any thread and wakes
     a blocked ``poll(-1)``, which then raises ClosedError.
@@ -156,33 +161,92 @@ class RingBuffer(BatchReader):
         self._wait_drain(ffi.NULL, 0)
 
     def _deliver(self) -> int:
+        """Call the callbacks for the pending records, in order; how many were delivered.
+
+        A record counts as delivered once its callback was called, whether it
+        returned, stopped the call (a negative int) or raised; the records
+        after it stay pending (``batch.next``) for the next call.
+        """
         batch = self._pending
         if batch is None:
             return 0
+        first = batch.next
+        n = len(batch.starts)
+        stride = uniform_stride(batch.starts, batch.lens, first, n) if n - first >= MIN_RECORDS else 0
+        try:
+            if stride:
+                self._deliver_uniform(batch, first, n, stride)
+            else:
+                self._deliver_each(batch, first)
+        finally:
+            # Both record in batch.next how far they got, also when a callback raised.
+            if batch.next >= n:
+                self._pending = None
+        return batch.next - first
+
+    def _deliver_uniform(self, batch: Batch, first: int, n: int, stride: int) -> None:
+        """Records ``first..n-1`` of equal size at one stride: cached slices, one chunk view at a time.
+
+        Per record: one memoryview (``chunk[s]``, ``s`` a cached slice), the
+        call, and two identity tests of the result (None and 0 never reach
+        ``_stops``). ``state`` pairs a chunk's end with the iterator over its
+        slices, replaced in one store: whatever interrupts the loop (a
+        callback's exception, a stop, a signal), ``end - length_hint(it)`` is
+        the number of records whose callback was called.
+        """
+        starts, view, callbacks = batch.starts, batch.view, self._callbacks
+        slices = chunk_slices(stride, batch.lens[first])
+        zero = 0
+        state: tuple[int, Iterator[slice]] = (first, iter(()))
+        try:
+            while state[0] < n:
+                pos = state[0]
+                part = slices if n - pos >= len(slices) else slices[:n - pos]
+                state = (pos + len(part), iter(part))
+                it = state[1]
+                chunk = view[starts[pos]:]
+                if len(callbacks) == 1:
+                    callback = callbacks[0]
+                    for s in it:
+                        ret = callback(chunk[s])
+                        if ret is not None and ret is not zero and _stops(ret, callback):
+                            break
+                    else:
+                        continue
+                    break
+                for s, ring in zip(it, islice(batch.tags, pos, None)):
+                    ret = callbacks[ring](chunk[s])
+                    if ret is not None and ret is not zero and _stops(ret, callbacks[ring]):
+                        break
+                else:
+                    continue
+                break
+        finally:
+            batch.next = state[0] - length_hint(state[1])
+
+    def _deliver_each(self, batch: Batch, first: int) -> None:
+        """Any records (lengths or offsets differ): a slice made per record."""
         view, starts, lens = batch.view, batch.starts, batch.lens
         callbacks = self._callbacks
-        i = first = batch.next
+        i = first
+        zero = 0
         try:
             if len(callbacks) == 1:
                 callback = callbacks[0]
                 for start, length in zip(islice(starts, i, None), islice(lens, i, None)):
                     i += 1
                     ret = callback(view[start:start + length])
-                    if ret is not None and _stops(ret, callback):
+                    if ret is not None and ret is not zero and _stops(ret, callback):
                         break
             else:
-                tags = batch.tags
                 for start, length, ring in zip(islice(starts, i, None), islice(lens, i, None),
-                                               islice(tags, i, None)):
+                                               islice(batch.tags, i, None)):
                     i += 1
                     ret = callbacks[ring](view[start:start + length])
-                    if ret is not None and _stops(ret, callbacks[ring]):
+                    if ret is not None and ret is not zero and _stops(ret, callbacks[ring]):
                         break
         finally:
             batch.next = i
-            if i >= len(starts):
-                self._pending = None
-        return i - first
 
     def _drain_rows(self, into: _into.Into) -> None:
         """read_into: each ring through its own mapping (``plb_rb_map``), ring 0 first (lock held).
