@@ -83,7 +83,7 @@ class PerfBuffer(BatchReader):
         owner = current_pid()
         self._drained = ffi.new("int *")
         try:
-            self._waiter = Waiter(ring_fds(pb), "PerfBuffer")
+            self._waiter = Waiter(_ring_fds(pb), "PerfBuffer")
         except BaseException:
             free_perf_buffer(pb, map_fd, owner)
             raise
@@ -397,7 +397,7 @@ class PerfReader(RecordReader):
             self._pending = None
 
 
-def ring_fds(pb: CData) -> list[int]:
+def _ring_fds(pb: CData) -> list[int]:
     """The perf event fd of each of ``pb``'s rings: what a wait watches instead of libbpf's epoll fd."""
     return [_libbpf.perf_buffer__buffer_fd(pb, i, f"perf_buffer__buffer_fd({i})")
             for i in range(_libbpf.perf_buffer__buffer_cnt(pb))]
@@ -408,9 +408,11 @@ def _wait_drain_into(reader: PerfBuffer | PerfReader, waiter: CData, timeout_ms:
 
     The waiter watches every ring's perf event fd. A perf event fd reports each
     wake-up to one poll only (the kernel's perf_poll exchanges the ring's poll
-    state with 0), so a wake-up says "some ring was written", not which rings
-    hold data: the C call drains every ring after any wake-up, and nothing that
-    a wake-up taken by another poll announced is left behind for long.
+    state with 0), and a ring written while a drain runs may have its wake-up
+    pending with nothing left to read: a wake-up says "a ring was written", not
+    which rings hold data. So the C call drains every ring after any wake-up:
+    a sample whose wake-up another poll took is read by the next drain, whichever
+    ring's wake-up (or a call without a wait) starts it.
     """
     batch = reader._batch
     drained = reader._drained
