@@ -363,9 +363,11 @@ class BatchReader(Closable, _into.HandsBackOdd):
     async def _batches(self) -> AsyncIterator[Batch]:
         """Non-empty batches as they arrive, for ``async for``; ends quietly when closed.
 
-        The reader's own epoll fd (libbpf's rings plus the close eventfd) is
-        watched with ``loop.add_reader``; cancelling the consuming task removes
-        the reader, so nothing keeps running. Each iteration watches its own
+        The reader's own epoll fd (the rings' fds plus the close eventfd) is
+        watched with ``loop.add_reader``, and each batch is drained without a
+        wait (``read_batch(0)``): the selector has taken the wakeup, and a perf
+        event fd reports a wakeup to one poll only. Cancelling the consuming
+        task removes the reader, so nothing keeps running. Each iteration watches its own
         dup of that fd: an iteration left with ``break`` is closed later, by the
         event loop, and removing its reader then must not remove the one of an
         iteration started meanwhile.
