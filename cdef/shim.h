@@ -38,6 +38,7 @@ void plb_perfbuf_collect_lost(void *ctx, int cpu, unsigned long long cnt);
 
 /* csrc/plb_wait.h */
 struct ring_buffer;
+struct perf_buffer;
 struct plb_batch;
 struct plb_waiter {
     int epfd;
@@ -50,6 +51,7 @@ int plb_waiter_remove(struct plb_waiter *w, int fd);
 int plb_waiter_add_writable(struct plb_waiter *w, int fd);
 int plb_waiter_wait(struct plb_waiter *w, int timeout_ms);
 int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb, struct plb_batch *b, int max, int *drained);
+int plb_pb_wait_drain(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb, struct plb_batch *b, int *drained);
 void plb_waiter_wake(struct plb_waiter *w);
 void plb_waiter_close(struct plb_waiter *w);
 int plb_fill_hole(void *addr, size_t len);

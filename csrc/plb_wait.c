@@ -93,6 +93,27 @@ int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *
 	return ready;
 }
 
+int plb_pb_wait_drain(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb,
+		      struct plb_batch *b, int *drained)
+{
+	int ready, err;
+
+	plb_batch_reset(b); /* as in plb_rb_wait_drain: this call's records only */
+	*drained = 0;
+	ready = timeout_ms == 0 ? 1 : plb_waiter_wait(w, timeout_ms);
+	if (ready <= 0)
+		return ready;
+	/* All rings, not only the ones epoll reported: perf_poll hands a ring's
+	 * wake-up to a single poll and then forgets it, so the ready list says
+	 * which wake-ups we were given, not which rings hold data. Reading every
+	 * ring after any wake-up is what makes a wake-up taken elsewhere (or one
+	 * that fired while a previous drain ran) harmless: its data is read here
+	 * or by the drain its own pending wake-up triggers. */
+	err = perf_buffer__consume(pb);
+	*drained = err < 0 ? err : (int)b->n;
+	return ready;
+}
+
 void plb_waiter_wake(struct plb_waiter *w)
 {
 	uint64_t one = 1;

@@ -1,8 +1,9 @@
 /* plb_wait.h - an epoll wait that another thread can interrupt.
  *
- * The waiter owns an epoll set holding the fd to watch (libbpf's own epoll fd
- * for ring/perf buffers: never add foreign fds to libbpf's set, libbpf reads
- * data.fd/u32 as a ring index) and an eventfd. plb_waiter_wake() makes every
+ * The waiter owns an epoll set holding the fds to watch (for ring and perf
+ * buffers the maps' / per-CPU perf events' own fds, not libbpf's epoll fd; and
+ * never add foreign fds to libbpf's set: libbpf reads data.fd/u32 as a ring
+ * index) and an eventfd. plb_waiter_wake() makes every
  * current and later wait return -ECANCELED, which is how close() from another
  * thread unblocks a reader.
  */
@@ -12,6 +13,7 @@
 #include <stddef.h>
 
 struct ring_buffer;
+struct perf_buffer;
 struct plb_batch;
 
 struct plb_waiter {
@@ -46,6 +48,19 @@ int plb_waiter_wait(struct plb_waiter *w, int timeout_ms);
  * No Python in between: the caller crosses into C once per wake-up. */
 int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb,
 		      struct plb_batch *b, int max, int *drained);
+/* The same for a libbpf perf_buffer: the latency path of PerfBuffer and
+ * PerfReader. The waiter should watch every CPU ring's perf event fd
+ * (perf_buffer__buffer_fd), never libbpf's epoll fd: a perf event fd reports
+ * each wake-up to one poll only (perf_poll exchanges the ring's poll state
+ * with 0), so a wake-up taken by our set is gone for libbpf's and the other
+ * way round. Whatever woke the wait, the drain is perf_buffer__consume(pb),
+ * which reads EVERY ring: a ring whose wake-up went to another poll (or came
+ * while we drained) is read all the same. The batch is reset first;
+ * *drained = the batch's record count, or -errno when perf_buffer__consume
+ * failed (records collected before the error stay in the batch); 0 when
+ * nothing was drained. Returns as plb_rb_wait_drain. */
+int plb_pb_wait_drain(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb,
+		      struct plb_batch *b, int *drained);
 /* Wake every waiter, now and later; safe from any thread. */
 void plb_waiter_wake(struct plb_waiter *w);
 /* Close both fds; the waiter must no longer be waited on. */

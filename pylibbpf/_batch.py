@@ -404,8 +404,8 @@ class OrderedBatch(Batch):
 class BatchReader(Closable, _into.HandsBackOdd):
     """poll/consume/read_batch over a C drain: the protocol RingBuffer and PerfBuffer share.
 
-    Subclasses implement ``_drain()`` (copy what the kernel rings hold into
-    ``self._pending``; lock held) and ``_deliver()`` (call the callbacks for
+    Subclasses implement ``_wait_drain()`` (wait, then copy what the kernel
+    rings hold into ``self._pending``, in one C call; lock held) and ``_deliver()`` (call the callbacks for
     ``self._pending``; no lock held, so a callback may close the reader).
     Records a callback stop left undelivered are delivered first by the next
     call, without waiting. ``poll``/``consume``/``read_batch`` from several
@@ -421,9 +421,11 @@ class BatchReader(Closable, _into.HandsBackOdd):
     async def _batches(self) -> AsyncIterator[Batch]:
         """Non-empty batches as they arrive, for ``async for``; ends quietly when closed.
 
-        The reader's own epoll fd (libbpf's rings plus the close eventfd) is
-        watched with ``loop.add_reader``; cancelling the consuming task removes
-        the reader, so nothing keeps running. Each iteration watches its own
+        The reader's own epoll fd (the rings' fds plus the close eventfd) is
+        watched with ``loop.add_reader``, and each batch is drained without a
+        wait (``read_batch(0)``): the selector has taken the wakeup, and a perf
+        event fd reports a wakeup to one poll only. Cancelling the consuming
+        task removes the reader, so nothing keeps running. Each iteration watches its own
         dup of that fd: an iteration left with ``break`` is closed later, by the
         event loop, and removing its reader then must not remove the one of an
         iteration started meanwhile.
@@ -458,15 +460,21 @@ class BatchReader(Closable, _into.HandsBackOdd):
             os.close(fd)
 
     def _fill(self, timeout_ms: int) -> bool:
-        """Drain into ``_pending`` unless records are already pending; False on timeout."""
-        timeout_ms = _check.timeout_ms(timeout_ms)
+        """Wait and drain into ``_pending`` in one C call (unless records are pending); False on timeout.
+
+        ``timeout_ms`` was checked by poll/read_batch (:func:`one_caller`); 0
+        drains without waiting. The wait watches the rings' own fds and the
+        close eventfd; once one is ready, the same C call drains, so the only
+        Python between the wake-up and the first callback is the batch's
+        copy-out (see docs/benchmarks.md, "latency: where the time went").
+        """
         self._check_open()
         if self._pending is None:
             with self._lock:
                 self._check_open()
-                if timeout_ms != 0 and not self._wait(timeout_ms):
-                    return False
-                self._drain()
+                if self._waiter is None:
+                    raise ClosedError(self._what)
+                return self._waiter.wait(timeout_ms, self._what, self._wait_drain)
         return True
 
     @one_caller(int)
@@ -609,8 +617,14 @@ class BatchReader(Closable, _into.HandsBackOdd):
                 yield batch, i
 
     @abc.abstractmethod
-    def _drain(self) -> None:
-        """Copy the available records into ``self._pending`` (lock held)."""
+    def _wait_drain(self, waiter: Any, timeout_ms: int) -> int:
+        """Wait up to ``timeout_ms`` (0: no wait) on ``waiter``, then copy the available records into
+        ``self._pending``, in one C call (lock held); returns the wait's result, as
+        ``plb_waiter_wait`` (for :meth:`_close.Waiter.wait`'s loop).
+
+        Records the call consumed from the kernel must reach ``_pending`` even when an
+        exception surfaces right after it returns (take them in a ``finally``).
+        """
 
     @abc.abstractmethod
     def _deliver(self) -> int:

@@ -438,15 +438,6 @@ def check_collected(batch: CData, ret: int, what: str) -> int:
     return int(batch.n)
 
 
-def perf_buffer__consume_into(pb: CData, batch: CData, what: str) -> int:
-    """Drain every CPU's ring into ``batch`` (reset first) through plb_perfbuf_collect*."""
-    lib.plb_batch_reset(batch)
-    check(lib.perf_buffer__consume(pb), what)
-    if batch.err:
-        raise error(-batch.err, f"{what}: collecting records")
-    return int(batch.n)
-
-
 def ring_buffer__epoll_fd(rb: CData) -> int:
     return int(lib.ring_buffer__epoll_fd(rb))
 

@@ -82,6 +82,18 @@ def plb_rb_wait_drain(waiter: CData, timeout_ms: int, rb: CData, batch: CData, n
     return int(lib.plb_rb_wait_drain(waiter, timeout_ms, rb, batch, n, drained))
 
 
+def plb_pb_wait_drain(waiter: CData, timeout_ms: int, pb: CData, batch: CData, drained: CData) -> int:
+    """Wait up to ``timeout_ms`` (0: not at all), then drain every CPU's ring of the perf_buffer
+    ``pb`` into ``batch`` (``perf_buffer__consume``), in one C call.
+
+    The waiter must watch the rings' perf event fds, not libbpf's epoll fd
+    (csrc/plb_wait.h says why). Returns the wait's result unchecked, as
+    :func:`plb_waiter_wait`; ``drained[0]`` is the batch's record count, or
+    -errno when ``perf_buffer__consume`` failed. Releases the GIL once for both.
+    """
+    return int(lib.plb_pb_wait_drain(waiter, timeout_ms, pb, batch, drained))
+
+
 def plb_waiter_add_writable(waiter: CData, fd: int, what: str) -> None:
     check(lib.plb_waiter_add_writable(waiter, fd), what)
 

@@ -20,6 +20,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from itertools import islice
 from operator import length_hint
+from typing import Any
 
 from . import _check, _close, _into, _libbpf, _shim
 from ._batch import Batch, BatchReader, Record, RecordReader, any_nonzero
@@ -36,7 +37,10 @@ from ._rings import (
     ring_range,
 )
 from ._views import MIN_RECORDS, chunk_slices, uniform_stride
+from .errors import ClosedError
 from .maps import Map
+
+CData = Any
 
 
 class PerfBuffer(BatchReader):
@@ -80,8 +84,9 @@ class PerfBuffer(BatchReader):
             os.close(map_fd)
             raise
         owner = current_pid()
+        self._drained = ffi.new("int *")
         try:
-            self._waiter = Waiter([_libbpf.perf_buffer__epoll_fd(pb)], "PerfBuffer")
+            self._waiter = Waiter(_ring_fds(pb), "PerfBuffer")
         except BaseException:
             free_perf_buffer(pb, map_fd, owner)
             raise
@@ -128,7 +133,16 @@ class PerfBuffer(BatchReader):
         return _libbpf.perf_buffer__buffer_fd(self._pb, i, f"perf_buffer__buffer_fd({i})")
 
     def epoll_fd(self) -> int:
-        """libbpf's epoll fd over all rings (readable when one has data)."""
+        """libbpf's epoll fd over all rings (readable after a ring's wake-up): for selectors/asyncio.
+
+        ``poll``/``read_batch``/``read_into`` do not wait on it: they wait on
+        the rings' perf event fds in a set of their own. A perf event fd reports
+        each wake-up to one poll only, so a thread blocked in ``poll(-1)`` may
+        miss a sample whose wake-up a selector watching this fd took (the
+        sample is read by the next drain). Wait on one or the other for a given
+        PerfBuffer, not both at once; after this fd is readable, drain with
+        ``consume()`` or ``read_batch(0)``, which read every ring without waiting.
+        """
         self._check_open()
         return _libbpf.perf_buffer__epoll_fd(self._pb)
 
@@ -167,14 +181,10 @@ class PerfBuffer(BatchReader):
         async for batch, i in self._records():
             yield batch.tags[i], batch[i]
 
-    def _drain(self) -> None:
-        """Copy what every CPU's ring holds into a batch (lock held)."""
-        try:
-            _libbpf.perf_buffer__consume_into(self._pb, self._batch, "perf_buffer__consume")
-        finally:
-            if self._batch.n:  # samples already consumed from the kernel are kept, even on an error
-                self._pending = Batch(self._batch, with_tags=True)
-                _shim.plb_batch_reset(self._batch)  # taken: a later drain's error must not take them again
+    def _wait_drain(self, waiter: CData, timeout_ms: int) -> int:
+        """The wait (up to ``timeout_ms``, 0: none) on the rings' perf event fds, then the drain of
+        every CPU's ring, in one C call (``plb_pb_wait_drain``; lock held); the wait's result."""
+        return _wait_drain_into(self, waiter, timeout_ms, self._pb)
 
     def _deliver(self) -> int:
         """Call the callbacks for the pending records, in order; how many were handled.
@@ -299,9 +309,11 @@ class PerfReader(RecordReader):
         self._pending: Batch | None = None
         self._paused = False
         self._pause_lock = threading.Lock()
+        self._drained = ffi.new("int *")
         self._rings = PerfRings(map, "PerfReader", pages, attr, _shim.PERF_EVENT_COLLECT, self._batch)
         try:
-            self._waiter = Waiter([_libbpf.perf_buffer__epoll_fd(self._rings.pb)], "PerfReader")
+            # The rings' own fds, not libbpf's epoll fd (a nested set costs a wake-up hop; see PerfBuffer).
+            self._waiter = Waiter(self._rings.fds, "PerfReader")
         except BaseException:
             self._rings.close()
             raise
@@ -381,14 +393,20 @@ class PerfReader(RecordReader):
         self._check_open()
         with self._lock:
             self._check_open()
+            wait_ms = 0  # first drain what the rings hold, without waiting
             while self._pending is None:
-                self._drain()
+                if self._waiter is None:
+                    raise ClosedError(self._what)
+                if not self._waiter.wait(wait_ms, self._what, self._wait_drain):
+                    # Timed out, so nothing was drained: drain once more without waiting,
+                    # for records below the watermark (or whose wake-up went to another poll).
+                    wait_ms = 0
+                    continue
                 if self._pending is not None:
                     break
                 wait_ms = _check.remaining_ms(deadline)
                 if wait_ms == 0:
                     raise TimeoutError(f"PerfReader: no record within {timeout} s")
-                self._wait(wait_ms)
             batch = self._pending
             i = batch.next
             start, length = batch.starts[i], batch.lens[i]
@@ -405,16 +423,44 @@ class PerfReader(RecordReader):
             if batch.next >= len(batch.starts):
                 self._pending = None
 
-    def _drain(self) -> None:
-        """Copy every ring's records into the batch (libbpf reads them, our C callback copies)."""
-        try:
-            _libbpf.perf_buffer__consume_into(self._rings.pb, self._batch, "perf_buffer__consume")
-        finally:
-            if self._batch.n:  # records already consumed from the kernel are kept, even on an error
-                self._pending = Batch(self._batch, with_tags=True)
-                _shim.plb_batch_reset(self._batch)  # taken: a later drain's error must not take them again
+    def _wait_drain(self, waiter: CData, timeout_ms: int) -> int:
+        """Wait (up to ``timeout_ms``, 0: none), then copy every ring's records into the batch, in one
+        C call (libbpf reads them, our C callback copies; lock held); the wait's result."""
+        return _wait_drain_into(self, waiter, timeout_ms, self._rings.pb)
 
     def _release(self) -> None:
         with self._pause_lock:
             self._rings.close()
             self._pending = None
+
+
+def _ring_fds(pb: CData) -> list[int]:
+    """The perf event fd of each of ``pb``'s rings: what a wait watches instead of libbpf's epoll fd."""
+    return [_libbpf.perf_buffer__buffer_fd(pb, i, f"perf_buffer__buffer_fd({i})")
+            for i in range(_libbpf.perf_buffer__buffer_cnt(pb))]
+
+
+def _wait_drain_into(reader: PerfBuffer | PerfReader, waiter: CData, timeout_ms: int, pb: CData) -> int:
+    """``plb_pb_wait_drain`` into ``reader._batch``; what it consumed becomes ``reader._pending``.
+
+    The waiter watches every ring's perf event fd. A perf event fd reports each
+    wake-up to one poll only (the kernel's perf_poll exchanges the ring's poll
+    state with 0), and a ring written while a drain runs may have its wake-up
+    pending with nothing left to read: a wake-up says "a ring was written", not
+    which rings hold data. So the C call drains every ring after any wake-up:
+    a sample whose wake-up another poll took is read by the next drain, whichever
+    ring's wake-up (or a call without a wait) starts it.
+    """
+    batch = reader._batch
+    drained = reader._drained
+    try:
+        ret = _shim.plb_pb_wait_drain(waiter, timeout_ms, pb, batch, drained)
+        if ret > 0 and (drained[0] < 0 or batch.err):
+            _libbpf.check_collected(batch, drained[0], "perf_buffer__consume")
+    finally:
+        # Samples the C call consumed from the kernel reach _pending even when the drain failed
+        # after them, or when an exception (a signal's KeyboardInterrupt) surfaces the moment the
+        # call returns. The call resets the batch first: it holds this call's samples only.
+        if batch.n:
+            reader._pending = Batch(batch, with_tags=True)
+    return ret

@@ -124,25 +124,9 @@ class RingBuffer(BatchReader):
         async for batch, i in self._records():
             yield batch[i]
 
-    def _fill(self, timeout_ms: int) -> bool:
-        """Wait and drain into ``_pending`` in one C call (unless records are pending); False on timeout.
-
-        ``timeout_ms`` was checked by poll/read_batch. The wait watches the maps'
-        fds and the close eventfd; once one is ready, the same C call drains,
-        so the only Python between the wake-up and the first callback is the
-        batch's copy-out (see docs/benchmarks.md, "latency: where the time went").
-        """
-        self._check_open()
-        if self._pending is None:
-            with self._lock:
-                self._check_open()
-                if self._waiter is None:
-                    raise ClosedError(self._what)
-                return self._waiter.wait(timeout_ms, self._what, self._wait_drain)
-        return True
-
     def _wait_drain(self, waiter: CData, timeout_ms: int) -> int:
-        """The wait (up to ``timeout_ms``, 0: none) and the drain in one C call (lock held); the wait's result."""
+        """The wait (up to ``timeout_ms``, 0: none) and the drain of up to max_batch records (or about
+        DEFAULT_BATCH_BYTES) in one C call, ``plb_rb_wait_drain`` (lock held); the wait's result."""
         batch = self._batch
         try:
             ret = _shim.plb_rb_wait_drain(waiter, timeout_ms, self._rb, batch, self._max_batch, self._drained)
@@ -155,10 +139,6 @@ class RingBuffer(BatchReader):
             if batch.n:
                 self._pending = Batch(batch, with_tags=len(self._callbacks) > 1)
         return ret
-
-    def _drain(self) -> None:
-        """Copy up to max_batch records (or about DEFAULT_BATCH_BYTES) out of the kernel rings (lock held)."""
-        self._wait_drain(ffi.NULL, 0)
 
     def _deliver(self) -> int:
         """Call the callbacks for the pending records, in order; how many were delivered.

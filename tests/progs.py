@@ -4,6 +4,7 @@ polling wait the threaded tests share."""
 from __future__ import annotations
 
 import io
+import os
 import struct
 import sys
 import time
@@ -127,6 +128,23 @@ def blocked_in_epoll(tid: int) -> bool:
     A reader that spun (epoll_wait with a zero timeout, again and again) would never be seen here."""
     with open(f"/proc/self/task/{tid}/wchan") as f:
         return f.read() == "do_epoll_wait"
+
+
+def epoll_targets(fd: int) -> list[int] | None:
+    """The fds an epoll fd of this process watches (from /proc), or None when ``fd`` is not an epoll fd."""
+    try:
+        if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:[eventpoll]":
+            return None
+        with open(f"/proc/self/fdinfo/{fd}") as f:
+            return [int(line.split()[1]) for line in f if line.startswith("tfd:")]
+    except OSError:
+        return None
+
+
+def epoll_sets() -> dict[int, list[int]]:
+    """Every epoll fd of this process with the fds it watches."""
+    return {fd: targets for fd in map(int, os.listdir("/proc/self/fd"))
+            if (targets := epoll_targets(fd)) is not None}
 
 
 def accounted(s: Any) -> bool:

@@ -197,14 +197,11 @@ def _interrupt_after(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) ->
 @pytest.mark.parametrize("kind", ["ring", "perf"])
 def test_records_drained_when_an_interrupt_surfaces_are_delivered_once(
         rb_obj: BPFObject, perf_obj: BPFObject, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
-    from pylibbpf import _libbpf, _shim
+    from pylibbpf import _shim
 
     reader, seq_of = _ring(rb_obj) if kind == "ring" else _perf(perf_obj)
     with reader:
-        if kind == "ring":
-            fired = _interrupt_after(monkeypatch, _shim, "plb_rb_wait_drain")
-        else:
-            fired = _interrupt_after(monkeypatch, _libbpf, "perf_buffer__consume_into")
+        fired = _interrupt_after(monkeypatch, _shim, "plb_rb_wait_drain" if kind == "ring" else "plb_pb_wait_drain")
         with pytest.raises(KeyboardInterrupt):
             reader.read_batch(timeout=0)
         assert fired == [1]

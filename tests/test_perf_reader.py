@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -15,9 +16,10 @@ from pathlib import Path
 
 import pytest
 from progs import ORD_EVENT as EVENT
-from progs import blocked_in_epoll, emit_ordered, wait_until
+from progs import blocked_in_epoll, emit_ordered, epoll_sets, wait_until
 
 from pylibbpf import BPFObject, ClosedError, PerfReader, Program, Record
+from pylibbpf.features import online_cpus
 
 pytestmark = pytest.mark.usefixtures("bpf_privileged")
 
@@ -238,3 +240,38 @@ def test_wrong_map_type_and_bad_options(obj: BPFObject) -> None:
         PerfReader(obj.maps["events"], watermark=100, wakeup_events=2)
     with pytest.raises(ValueError, match="wakeup_events"):
         PerfReader(obj.maps["events"], wakeup_events=0)
+
+
+def test_a_blocked_read_wakes_for_a_sample_on_each_cpu(obj: BPFObject, prog: Program) -> None:
+    # The wait watches each CPU ring's perf event fd itself: a sample on any ring wakes it.
+    with PerfReader(obj.maps["events"]) as rd:
+        for cpu in online_cpus():
+            rec, _ = _read_while(rd, None, lambda cpu=cpu: emit(prog, 1, cpu=cpu, seq=50 + cpu))
+            assert rec.cpu == cpu and EVENT.unpack_from(rec.raw_sample)[1] == 50 + cpu
+
+
+def test_the_wait_watches_the_perf_fds_directly_not_a_nested_epoll_set(obj: BPFObject) -> None:
+    # While a read blocks, no epoll set of the process watches another epoll set (libbpf's, which
+    # also holds the rings: it would add a wakeup hop and take wakeups, a perf fd reporting each
+    # to one poll only), and one set holds a perf event fd per ring.
+    rd = PerfReader(obj.maps["events"])
+    caught: list[BaseException] = []
+
+    def reader() -> None:
+        try:
+            rd.read()
+        except BaseException as e:  # the test inspects it
+            caught.append(e)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        assert wait_until(lambda: thread.native_id is not None and blocked_in_epoll(thread.native_id))
+        sets = epoll_sets()
+        assert not [fd for fd, targets in sets.items() if set(targets) & set(sets)]
+        kinds = {fd: [os.readlink(f"/proc/self/fd/{t}") for t in targets] for fd, targets in sets.items()}
+        assert [fd for fd, k in kinds.items() if k.count("anon_inode:[perf_event]") == len(rd.cpus)]
+    finally:
+        rd.close()
+        thread.join(60)
+    assert not thread.is_alive() and isinstance(caught[0], ClosedError)

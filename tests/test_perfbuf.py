@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import select
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from progs import PERF_SAMPLE, counter, emit_perf
+from progs import PERF_SAMPLE, blocked_in_epoll, counter, emit_perf, epoll_sets, wait_until
 
 from pylibbpf import BPFObject, ClosedError, PerfBuffer, lib
 from pylibbpf.features import online_cpus
@@ -151,3 +152,108 @@ def test_async_iteration_yields_cpu_and_sample(obj: BPFObject) -> None:
         return got
 
     assert asyncio.run(scenario()) == [(0, 7), (0, 8), (0, 9), (0, 10)]
+
+
+# --- the wait: the rings' own perf event fds, drained in the call that waited -----------------
+
+
+def _waiting(target: Callable[[], None]) -> tuple[threading.Thread, list[BaseException | None]]:
+    """``target`` in a thread, once that thread sleeps in epoll_wait; its exception (or None) when done."""
+    errors: list[BaseException | None] = []
+    thread = threading.Thread(target=lambda: errors.append(_catch(target)))
+    thread.start()
+    assert wait_until(lambda: thread.native_id is not None and blocked_in_epoll(thread.native_id))
+    return thread, errors
+
+
+def _seq(data: memoryview) -> int:
+    return int(PERF_SAMPLE.unpack_from(data)[0])
+
+
+@pytest.mark.parametrize("how", ["poll", "read_batch"])
+def test_a_blocked_wait_wakes_for_a_sample_on_each_cpu(obj: BPFObject, how: str) -> None:
+    # The wait set holds one perf event fd per CPU ring: a sample on any of them must wake it.
+    got: list[tuple[int, int]] = []
+    with PerfBuffer(obj.maps["events"], lambda cpu, d: got.append((cpu, _seq(d)))) as pb:
+        for cpu in online_cpus():
+            got.clear()
+
+            def wait() -> None:
+                if how == "poll":
+                    pb.poll(-1)
+                else:
+                    batch = pb.read_batch(None)
+                    got.extend(zip(batch.tags, map(_seq, batch), strict=True))
+
+            thread, errors = _waiting(wait)
+            emit_perf(obj.programs["emit_perf"], 1, cpu=cpu, first_seq=100 + cpu)
+            thread.join(60)
+            assert not thread.is_alive(), f"a sample on CPU {cpu} did not wake a blocked {how}"
+            assert errors == [None] and got == [(cpu, 100 + cpu)]
+
+
+def test_a_blocked_wait_gets_samples_written_on_every_cpu_at_once(obj: BPFObject) -> None:
+    cpus = online_cpus()
+    got: list[tuple[int, int]] = []
+    with PerfBuffer(obj.maps["events"], lambda cpu, d: None) as pb:
+        def read_all() -> None:
+            while len(got) < 3 * len(cpus):
+                batch = pb.read_batch(None)
+                got.extend(zip(batch.tags, map(_seq, batch), strict=True))
+
+        thread, errors = _waiting(read_all)
+        start = threading.Barrier(len(cpus))
+
+        def emit(cpu: int) -> None:
+            start.wait()
+            emit_perf(obj.programs["emit_perf"], 3, cpu=cpu, first_seq=10 * cpu)
+
+        writers = [threading.Thread(target=emit, args=(cpu,)) for cpu in cpus]
+        for w in writers:
+            w.start()
+        for w in writers:
+            w.join(60)
+        thread.join(60)
+        assert not thread.is_alive(), f"the reader is still waiting with {got}"
+    assert errors == [None]
+    assert sorted(got) == [(c, 10 * c + i) for c in cpus for i in range(3)]
+
+
+def test_a_wakeup_taken_by_another_poll_does_not_strand_its_sample(obj: BPFObject) -> None:
+    # A perf event fd reports each wakeup to one poll only. Take ring A's wakeup with a poll() of
+    # its fd, as a foreign poller would: its sample must still come, with the next wakeup of any ring.
+    cpus = online_cpus()
+    first, last = cpus[0], cpus[-1]
+    got: list[tuple[int, int]] = []
+    with PerfBuffer(obj.maps["events"], lambda cpu, d: got.append((cpu, _seq(d)))) as pb:
+        emit_perf(obj.programs["emit_perf"], 1, cpu=first, first_seq=1)
+        p = select.poll()
+        p.register(pb.buffer_fd(cpus.index(first)), select.POLLIN)
+        assert p.poll(5000)  # the wakeup is taken here
+        thread, errors = _waiting(lambda: pb.poll(-1))
+        emit_perf(obj.programs["emit_perf"], 1, cpu=last, first_seq=2)
+        thread.join(60)
+        assert not thread.is_alive() and errors == [None]
+        while len(got) < 2:  # on one CPU both samples come with the one wakeup; else maybe in two polls
+            pb.poll(1000)
+    assert sorted(got, key=lambda g: g[1]) == [(first, 1), (last, 2)]
+
+
+def test_the_wait_watches_the_perf_fds_directly_not_libbpfs_epoll_set(obj: BPFObject) -> None:
+    # An epoll set inside another costs a wakeup hop on every sample, and libbpf's set would take
+    # wakeups from ours (a perf fd reports each to one poll): while a PerfBuffer waits, no epoll set
+    # watches libbpf's; the set that holds every ring's fd is the reader's own.
+    pb = PerfBuffer(obj.maps["events"], lambda cpu, d: None)
+    thread, errors = _waiting(lambda: pb.poll(-1))
+    try:
+        sets = epoll_sets()
+        libbpf_set = pb.epoll_fd()
+        assert libbpf_set in sets
+        assert not [fd for fd, targets in sets.items() if libbpf_set in targets]
+        rings = {pb.buffer_fd(i) for i in range(pb.buffer_cnt())}
+        assert rings <= set(sets[libbpf_set])
+        assert [fd for fd, targets in sets.items() if fd != libbpf_set and rings <= set(targets)]
+    finally:
+        pb.close()
+        thread.join(60)
+    assert not thread.is_alive() and isinstance(errors[0], ClosedError)

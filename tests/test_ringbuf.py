@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import os
 import signal
 import threading
 import time
@@ -12,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from progs import blocked_in_epoll, counter, emit_ring, rb_event, wait_until
+from progs import blocked_in_epoll, counter, emit_ring, epoll_sets, rb_event, wait_until
 
 from pylibbpf import BPFError, BPFObject, ClosedError, RingBuffer, lib
 
@@ -123,24 +122,12 @@ def test_adding_a_ring_twice_fails_and_leaves_the_reader_as_it_was(obj: BPFObjec
     assert sorted(seen) == [(0, 7), (1, 1), (1, 2)]
 
 
-def _epoll_targets(fd: int) -> list[int] | None:
-    """The fds an epoll fd of this process watches (from /proc), or None when ``fd`` is not an epoll fd."""
-    try:
-        if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:[eventpoll]":
-            return None
-        with open(f"/proc/self/fdinfo/{fd}") as f:
-            return [int(line.split()[1]) for line in f if line.startswith("tfd:")]
-    except OSError:
-        return None
-
-
 def test_the_wait_watches_the_ring_maps_directly_not_a_nested_epoll_set(obj: BPFObject) -> None:
     # An epoll set inside another one costs a wake-up hop on every record (issue 19):
     # the reader's wait set holds the maps' fds, and no epoll set watches libbpf's.
     with RingBuffer(obj.maps["rb"], lambda d: None) as rb:
         rb.add(obj.maps["rb2"], lambda d: None)
-        sets = {fd: targets for fd in map(int, os.listdir("/proc/self/fd"))
-                if (targets := _epoll_targets(fd)) is not None}
+        sets = epoll_sets()
         libbpf_set = rb.epoll_fd()
         assert libbpf_set in sets
         assert not [fd for fd, targets in sets.items() if libbpf_set in targets]
