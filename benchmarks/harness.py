@@ -48,7 +48,11 @@ class SeqCheck:
 
     @property
     def received(self) -> int:
-        return self._n + sum(count() for count in self._counters)
+        # Read after every step of every consumer: a plain loop, no generator.
+        n = self._n
+        for count in self._counters:
+            n += count()
+        return n
 
     def add(self, n: int) -> int:
         """Count ``n`` events that were not checked one by one (the empty-callback rows); returns ``n``."""
@@ -148,7 +152,10 @@ class SeqCheck:
             # One or a few records per wakeup (latency runs): a dozen numpy calls would cost
             # ~15 us here, more than the loop; the CPU a wakeup costs delays the next one
             # on a shared CPU, so the check must not outweigh the reader it checks.
-            return self.walk_rows(arr["seq"].tolist(), arr["ts"].tolist())
+            # The clock is read first: the array is in hand now; taking the columns out
+            # for the check is the check's time, not the reader's.
+            t = now_ns() if self.latency else 0
+            return self.walk_rows(arr["seq"].tolist(), arr["ts"].tolist(), t)
         if self.latency:
             t = now_ns()
             self.lat_ns.extend((t - arr["ts"].astype(np.int64)).tolist())
@@ -170,11 +177,14 @@ class SeqCheck:
         self._n += n
         return n
 
-    def walk_rows(self, seqs: list[int], stamps: list[int]) -> int:
-        """Check records given as (seq, ts) columns of Python ints, in a plain loop, as :meth:`walk` does."""
+    def walk_rows(self, seqs: list[int], stamps: list[int], t: int = 0) -> int:
+        """Check records given as (seq, ts) columns of Python ints, in a plain loop, as :meth:`walk` does.
+
+        ``t``: when the records were in hand (CLOCK_MONOTONIC ns); 0: now.
+        """
         expect = self.expect
         if self.latency:
-            t = now_ns()
+            t = t or now_ns()
             self.lat_ns.extend(t - ts for ts in stamps)
         for seq in seqs:
             expect = seq + 1 if seq == expect else self.jump(expect, seq)
@@ -266,12 +276,16 @@ def run_beside(reader: Reader, check: SeqCheck, events: int, *, chunk: int, rate
     t0, c0 = time.perf_counter(), time.process_time()
     pid, done_fd = reader.trigger.fork(events, chunk=chunk, rate=rate)
     t_last = idle_since = None
+    got = check.received
     try:
-        while check.received < events:
-            before = check.received
+        # The same loop for every Python consumer (bcc's too): one count per step, as little
+        # as possible between one wait and the next (CPU per wakeup delays the next wakeup).
+        while got < events:
+            before = got
             reader.step(10)
             now = time.perf_counter()
-            if check.received != before:
+            got = check.received
+            if got != before:
                 t_last, idle_since = now, None
             elif idle_since is None:
                 idle_since = now

@@ -90,7 +90,9 @@ int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *
 	if (ready <= 0)
 		return ready;
 	*drained = ring_buffer__consume_n(rb, (size_t)max);
-	return ready;
+	/* One return value to test on the way back: the caller looks at *drained and
+	 * the batch's error only when this says so. */
+	return *drained < 0 || b->err ? PLB_DRAIN_CHECK : ready;
 }
 
 int plb_pb_wait_drain(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb,

@@ -16,6 +16,9 @@ struct ring_buffer;
 struct perf_buffer;
 struct plb_batch;
 
+/* plb_rb_wait_drain: ready, but the drain stopped early (see *drained and the batch's err). */
+enum plb_wait_result { PLB_DRAIN_CHECK = 2 };
+
 struct plb_waiter {
 	int epfd;
 	int evfd;
@@ -44,7 +47,9 @@ int plb_waiter_wait(struct plb_waiter *w, int timeout_ms);
  * ring_buffer__consume_n(rb, max) into it (the rings were added with
  * plb_ringbuf_collect); *drained = its result (records, or -errno; 0 when
  * nothing was drained). Returns what the wait returned (1 ready, 0 timeout,
- * -ECANCELED once woken, -EINTR on a signal, else -errno), 1 without a wait.
+ * -ECANCELED once woken, -EINTR on a signal, else -errno), 1 without a wait,
+ * or PLB_DRAIN_CHECK when the drain returned an error or the batch has one
+ * (its own byte-limit stop included: plb_batch.h, PLB_BATCH_FULL).
  * No Python in between: the caller crosses into C once per wake-up. */
 int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb,
 		      struct plb_batch *b, int max, int *drained);

@@ -115,7 +115,13 @@ def remaining_ms(until: float | None) -> int:
 
 
 def seconds_to_ms(value: object, name: str = "timeout") -> int:
-    """A timeout in seconds (``None`` = forever) as libbpf's milliseconds (-1 = forever)."""
+    """A timeout in seconds (``None`` = forever) as libbpf's milliseconds (-1 = forever), rounded up."""
+    if value is None:
+        return -1
+    # Every read_batch converts its timeout: a plain finite number in range without a clock read
+    # (NaN fails both comparisons); anything else gets the full check and its messages.
+    if (type(value) is float or type(value) is int) and 0 <= value and value * 1000 < MAX_TIMEOUT_MS:
+        return math.ceil(value * 1000)
     return remaining_ms(deadline(value, name))
 
 

@@ -47,6 +47,7 @@ import os
 import threading
 import time
 import weakref
+from _thread import get_ident
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -213,6 +214,14 @@ class Waiter:
         """The epoll fd: readable when a watched fd is, or once woken (for asyncio)."""
         return int(self._w.epfd)
 
+    @property
+    def ptr(self) -> CData:
+        """The ``struct plb_waiter *``, for a C call that waits on it itself (see :meth:`after`).
+
+        Valid until :meth:`close`; the owner calls only under its operation lock.
+        """
+        return self._w
+
     def wait(self, timeout_ms: int, what: str, call: Callable[[CData, int], int] | None = None) -> bool:
         """Block (GIL released) until ready (True) or timeout (False); ClosedError once woken.
 
@@ -222,17 +231,34 @@ class Waiter:
         ``plb_waiter_wait`` (returning what it returns): a C call that waits
         and then drains, so that nothing runs in Python between the two.
         """
-        # The deadline is needed only after a signal: the first wait takes timeout_ms as it is.
-        start, deadline, left = time.monotonic(), None, timeout_ms
+        # The start is needed only after a signal, but must be taken before the wait.
+        start = time.monotonic() if timeout_ms > 0 else 0.0
+        ret = _shim.plb_waiter_wait(self._w, timeout_ms) if call is None else call(self._w, timeout_ms)
+        if ret >= 0:
+            return ret > 0
+        return self.after(ret, timeout_ms, start, what, call)
+
+    def after(self, ret: int, timeout_ms: int, start: float, what: str,
+              call: Callable[[CData, int], int] | None = None) -> bool:
+        """The rest of a wait whose first C call (begun at ``start``, monotonic) returned ``ret`` < 0.
+
+        ``-EINTR`` (a signal): Python has run its handler on the way back here
+        (Ctrl-C raised KeyboardInterrupt before this is reached); the wait
+        resumes for what is left of ``timeout_ms``, through ``call`` as
+        :meth:`wait` does. ``-ECANCELED``: ClosedError. Anything else:
+        BPFError. Returns as :meth:`wait`. Kept apart from the first wait so
+        that a wakeup's way back to the records runs no more Python than it needs.
+        """
+        deadline = None
         while True:
-            ret = _shim.plb_waiter_wait(self._w, left) if call is None else call(self._w, left)
             if ret == -errno.EINTR:
                 if deadline is None and timeout_ms >= 0:
                     deadline = start + timeout_ms / 1000
                 left = _check.remaining_ms(deadline)
+                ret = _shim.plb_waiter_wait(self._w, left) if call is None else call(self._w, left)
+                if ret >= 0:
+                    return ret > 0
                 continue
-            if ret >= 0:
-                return ret > 0
             if ret == -errno.ECANCELED:
                 raise ClosedError(what)
             raise _libbpf.error(-ret, f"{what}: epoll_wait")
@@ -273,9 +299,11 @@ class Closable(abc.ABC):
             raise ClosedError(f"{self._what} inherited through fork()")
 
     def _check_open(self) -> None:
+        # On every call's way in and out of the lock: the owner check inlined (no extra call).
         if self._closed:
             raise ClosedError(self._what)
-        self._check_owner()
+        if self._owner_pid != _pid:
+            raise ClosedError(f"{self._what} inherited through fork()")
 
     def _wait(self, timeout_ms: int) -> bool:
         """Wait on the reader's fds (lock held): True when ready, False on timeout.
@@ -359,9 +387,19 @@ class OneCaller:
         self._lock = threading.Lock()
         self._owner: int | None = None
 
+    def take(self) -> bool:
+        """Take the turn if it is free now (the usual case: no clock read, no timed acquire)."""
+        me = get_ident()
+        if self._owner == me:
+            raise RuntimeError(f"{self._what}: called from its own callback; one call at a time")
+        if self._lock.acquire(False):
+            self._owner = me
+            return True
+        return False
+
     def enter(self, timeout_ms: int) -> bool:
         """Take the turn: False when ``timeout_ms`` (-1: no limit, 0: do not wait) passed first."""
-        me = threading.get_ident()
+        me = get_ident()
         if self._owner == me:
             raise RuntimeError(f"{self._what}: called from its own callback; one call at a time")
         # Uncontended (the usual case) the non-blocking try is all it costs.
@@ -389,16 +427,20 @@ def one_caller(empty: Callable[[], Any]) -> Callable[[Callable[..., ResultT]], C
     def wrap(method: Callable[..., ResultT]) -> Callable[..., ResultT]:
         @functools.wraps(method)
         def call(self: Any, timeout_ms: int = -1) -> ResultT:
-            timeout_ms = _check.timeout_ms(timeout_ms)
+            # Every poll runs this; the full check (and its messages) only for an unusual value.
+            if type(timeout_ms) is not int or not -1 <= timeout_ms <= _check.MAX_TIMEOUT_MS:
+                timeout_ms = _check.timeout_ms(timeout_ms)
             self._check_open()  # in a forked child: ClosedError before the lock
-            start = time.monotonic()
-            if not self._calls.enter(timeout_ms):
-                return empty()  # type: ignore[no-any-return]
-            try:
+            calls = self._calls
+            if not calls.take():
+                start = time.monotonic()
+                if not calls.enter(timeout_ms):
+                    return empty()  # type: ignore[no-any-return]
                 if timeout_ms > 0:
                     timeout_ms = max(0, timeout_ms - int((time.monotonic() - start) * 1000))
+            try:
                 return method(self, timeout_ms)
             finally:
-                self._calls.leave()
+                calls.leave()
         return call
     return wrap

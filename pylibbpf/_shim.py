@@ -72,14 +72,14 @@ def plb_waiter_remove(waiter: CData, fd: int, what: str) -> None:
     check(lib.plb_waiter_remove(waiter, fd), what)
 
 
-def plb_rb_wait_drain(waiter: CData, timeout_ms: int, rb: CData, batch: CData, n: int, drained: CData) -> int:
-    """Wait up to ``timeout_ms`` (0: not at all), then drain up to ``n`` records into ``batch``, in one C call.
-
-    Returns the wait's result unchecked, as :func:`plb_waiter_wait` (the
-    caller's wait loop handles -EINTR and -ECANCELED); ``drained[0]`` is the
-    drain's, for ``_libbpf.check_collected``. Releases the GIL once for both.
-    """
-    return int(lib.plb_rb_wait_drain(waiter, timeout_ms, rb, batch, n, drained))
+#: ``plb_rb_wait_drain(waiter, timeout_ms, rb, batch, n, drained) -> int``: wait up to ``timeout_ms``
+#: (0: not at all), then drain up to ``n`` records into ``batch``, in one C call (the GIL released once
+#: for both). Returns the wait's result unchecked, as :func:`plb_waiter_wait` (the caller handles
+#: -EINTR and -ECANCELED), or PLB_DRAIN_FAILED when the drain failed (``drained[0]`` and the batch's
+#: error are for ``_libbpf.check_collected``). The compiled function itself, not a wrapper: its
+#: result is already a Python int, and this runs between a wakeup and the first record reaching
+#: Python, where each Python frame costs (see docs/benchmarks.md, "latency: where the time went").
+plb_rb_wait_drain = lib.plb_rb_wait_drain
 
 
 def plb_pb_wait_drain(waiter: CData, timeout_ms: int, pb: CData, batch: CData, drained: CData) -> int:

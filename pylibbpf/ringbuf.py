@@ -35,6 +35,9 @@ from .maps import Map
 
 CData = Any
 
+#: plb_rb_wait_drain's "ready, but look at the drain's result" (read once, not per wakeup).
+_DRAIN_CHECK: int = lib.PLB_DRAIN_CHECK
+
 #: Records drained per C call at most.
 DEFAULT_MAX_BATCH = 65536
 #: A drain stops once its batch holds this many bytes: bigger batches cost page faults
@@ -68,6 +71,7 @@ class RingBuffer(BatchReader):
         self._batch = _shim.plb_batch_new(256, 64 * 1024)
         self._batch.byte_limit = DEFAULT_BATCH_BYTES
         self._callbacks: list[Callback] = [callback]
+        self._tagged = False  # more than one ring: the batches carry each record's ring index
         self._maps: list[Map] = [map]
         self._ctxs = [ffi.new("struct plb_rb_collect_ctx *", {"batch": self._batch, "ring": 0})]
         self._pending: Batch | None = None
@@ -104,6 +108,7 @@ class RingBuffer(BatchReader):
             self._ctxs.append(ctx)
             self._maps.append(map)
             self._callbacks.append(callback)
+            self._tagged = True
 
 
     def epoll_fd(self) -> int:
@@ -124,20 +129,62 @@ class RingBuffer(BatchReader):
         async for batch, i in self._records():
             yield batch[i]
 
+    def _fill(self, timeout_ms: int) -> bool:
+        """Wait and drain into ``_pending`` in one C call (unless records are pending); False on timeout.
+
+        ``timeout_ms`` was checked by poll/read_batch. The wait watches the maps'
+        fds and the close eventfd; once one is ready, the same C call drains.
+        This runs between a wakeup and the first record reaching Python, on a
+        CPU just out of idle whose caches hold little of the interpreter: every
+        frame and attribute read counts here (see docs/benchmarks.md, "latency:
+        where the time went"), so the usual case (records, or a timeout)
+        returns straight from here; a signal, a close or an error go through
+        the waiter's slow path.
+        """
+        self._check_open()
+        if self._pending is not None:
+            return True
+        with self._lock:
+            self._check_open()
+            waiter = self._waiter
+            if waiter is None:
+                raise ClosedError(self._what)
+            # Only a signal's retry needs the start, but it must be read before the wait.
+            start = time.monotonic() if timeout_ms > 0 else 0.0
+            batch = self._batch
+            # _wait_drain inlined (one frame less on the way back from the wakeup).
+            try:
+                ret: int = _shim.plb_rb_wait_drain(waiter.ptr, timeout_ms, self._rb, batch, self._max_batch,
+                                                   self._drained)
+            finally:
+                # As in _wait_drain: the records the call took reach _pending whatever happens next.
+                if batch.n:
+                    self._pending = Batch(batch, with_tags=self._tagged)
+            if ret == 1:
+                return True
+            if ret == 0:
+                return False
+            if ret == _DRAIN_CHECK:
+                _libbpf.check_collected(batch, self._drained[0], "ring_buffer__consume_n")
+                return True
+            return waiter.after(ret, timeout_ms, start, self._what, self._wait_drain)
+
     def _wait_drain(self, waiter: CData, timeout_ms: int) -> int:
         """The wait (up to ``timeout_ms``, 0: none) and the drain of up to max_batch records (or about
         DEFAULT_BATCH_BYTES) in one C call, ``plb_rb_wait_drain`` (lock held); the wait's result."""
         batch = self._batch
         try:
-            ret = _shim.plb_rb_wait_drain(waiter, timeout_ms, self._rb, batch, self._max_batch, self._drained)
-            if ret > 0 and (self._drained[0] < 0 or batch.err):
+            ret: int = _shim.plb_rb_wait_drain(waiter, timeout_ms, self._rb, batch, self._max_batch,
+                                               self._drained)
+            if ret == _DRAIN_CHECK:
                 _libbpf.check_collected(batch, self._drained[0], "ring_buffer__consume_n")
+                ret = 1
         finally:
             # Records the C call consumed from the kernel reach _pending even when the drain failed
             # after them, or when an exception (a signal's KeyboardInterrupt) surfaces the moment the
             # call returns. The call resets the batch first: it holds this call's records only.
             if batch.n:
-                self._pending = Batch(batch, with_tags=len(self._callbacks) > 1)
+                self._pending = Batch(batch, with_tags=self._tagged)
         return ret
 
     def _deliver(self) -> int:

@@ -58,6 +58,20 @@ def test_long_timeouts_mean_forever_not_overflow() -> None:
     assert _check.seconds_to_ms(0) == 0
 
 
+def test_seconds_to_ms_rounds_up_and_checks_every_unusual_value() -> None:
+    # Plain numbers take a path without a clock read; it must agree with the checked one.
+    assert _check.seconds_to_ms(0.01) == 10
+    assert _check.seconds_to_ms(1) == 1000
+    assert _check.seconds_to_ms(0.0001) == 1   # a positive timeout waits, rounded up
+    assert _check.seconds_to_ms(86400) == 86_400_000
+    assert _check.seconds_to_ms(_check.MAX_TIMEOUT_MS / 1000) == -1
+    with pytest.raises(TypeError, match=r"timeout must be a number, got True"):
+        _check.seconds_to_ms(True)
+    for bad in (float("nan"), float("inf"), -0.5, -1):
+        with pytest.raises(ValueError, match=r"timeout must be"):
+            _check.seconds_to_ms(bad)
+
+
 def test_callable_choice_flags_paths() -> None:
     with pytest.raises(TypeError, match=r"callback must be callable, got 'x' \(str\)"):
         _check.callable_("x", "callback")
