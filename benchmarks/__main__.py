@@ -66,9 +66,10 @@ def params(kind: str, mode: str, size: int, quick: bool, is_c: bool) -> dict[str
         else:
             events = 100_000 if quick else 200_000
         return {"events": events, "chunk": 4096}
-    # 2 s at 10 k ev/s even with --quick: with fewer events one host stall of a few ms
-    # delays 1% of a run and moves its p99 by orders of magnitude (seen at 5 000 events).
-    return {"events": 20_000, "rate": LATENCY_RATE}
+    # 5 s at 10 k ev/s even with --quick: with fewer events one host stall of a few ms
+    # delays 1% of a run and moves its p99 by orders of magnitude (seen at 5 000 events);
+    # 50 000 puts 500 samples above the p99 instead of 200.
+    return {"events": 50_000, "rate": LATENCY_RATE}
 
 
 def modes_of(name: str) -> tuple[str, ...]:
