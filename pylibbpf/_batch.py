@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import _arrow, _check, _into, _shim
+from . import _arrow, _check, _into, _shim, _views
 from ._close import Closable, OneCaller, one_caller
 from ._ffi import ffi, lib
 from .errors import ClosedError
@@ -626,9 +626,41 @@ class BatchReader(Closable, _into.HandsBackOdd):
         exception surfaces right after it returns (take them in a ``finally``).
         """
 
-    @abc.abstractmethod
     def _deliver(self) -> int:
-        """Call the callbacks for ``self._pending``; returns how many records were handled."""
+        """Call the callbacks for ``self._pending``, in order; returns how many records were handled.
+
+        A record counts as handled once its callback was called, whether it
+        returned, stopped the call (a negative int) or raised; the records
+        after it stay pending (``batch.next``) for the next call. A batch of at
+        least ``_views.MIN_RECORDS`` equal-size records packed back to back goes
+        to ``_deliver_uniform`` (cached slices), any other to ``_deliver_each``.
+        """
+        batch = self._pending
+        if batch is None:
+            return 0
+        first = batch.next
+        n = len(batch.starts)
+        # A zero length (a perf lost-sample notice) makes the stride 0: such batches go record by record.
+        stride = (_views.uniform_stride(batch.starts, batch.lens, first, n)
+                  if n - first >= _views.MIN_RECORDS else 0)
+        try:
+            if stride:
+                self._deliver_uniform(batch, first, n, stride)
+            else:
+                self._deliver_each(batch, first)
+        finally:
+            # Both record in batch.next how far they got, also when a callback raised.
+            if batch.next >= n:
+                self._pending = None
+        return batch.next - first
+
+    @abc.abstractmethod
+    def _deliver_uniform(self, batch: Batch, first: int, n: int, stride: int) -> None:
+        """Deliver records ``first..n-1``, all one size at ``stride``; set ``batch.next`` however it ends."""
+
+    @abc.abstractmethod
+    def _deliver_each(self, batch: Batch, first: int) -> None:
+        """Deliver records from ``first`` on, one slice each; set ``batch.next`` however it ends."""
 
 
 class RecordReader(Closable):

@@ -36,7 +36,7 @@ from ._rings import (
     ring_cpus,
     ring_range,
 )
-from ._views import MIN_RECORDS, chunk_slices, uniform_stride
+from ._views import chunk_slices
 from .errors import ClosedError
 from .maps import Map
 
@@ -185,29 +185,6 @@ class PerfBuffer(BatchReader):
         """The wait (up to ``timeout_ms``, 0: none) on the rings' perf event fds, then the drain of
         every CPU's ring, in one C call (``plb_pb_wait_drain``; lock held); the wait's result."""
         return _wait_drain_into(self, waiter, timeout_ms, self._pb)
-
-    def _deliver(self) -> int:
-        """Call the callbacks for the pending records, in order; how many were handled.
-
-        A record counts as handled once its callback was called (also when it
-        raised); the records after it stay pending for the next call.
-        """
-        batch = self._pending
-        if batch is None:
-            return 0
-        first = batch.next
-        n = len(batch.starts)
-        # Equal lengths, none 0, so no lost-sample notice in the batch (those have no bytes).
-        stride = uniform_stride(batch.starts, batch.lens, first, n) if n - first >= MIN_RECORDS else 0
-        try:
-            if stride:
-                self._deliver_uniform(batch, first, n, stride)
-            else:
-                self._deliver_each(batch, first)
-        finally:
-            if batch.next >= n:
-                self._pending = None
-        return batch.next - first
 
     def _deliver_uniform(self, batch: Batch, first: int, n: int, stride: int) -> None:
         """Samples ``first..n-1`` of one size at one stride: cached slices (see RingBuffer._deliver_uniform)."""

@@ -29,7 +29,7 @@ from ._batch import Batch, BatchReader
 from ._close import Callback, Closable, Waiter
 from ._ffi import ffi, lib
 from ._rings import SAFETY_NET_MS, RingBufLayout, RingBufMaps, busy_pause, require_map_type
-from ._views import MIN_RECORDS, chunk_slices, uniform_stride
+from ._views import chunk_slices
 from .errors import ClosedError
 from .maps import Map
 
@@ -186,30 +186,6 @@ class RingBuffer(BatchReader):
             if batch.n:
                 self._pending = Batch(batch, with_tags=self._tagged)
         return ret
-
-    def _deliver(self) -> int:
-        """Call the callbacks for the pending records, in order; how many were delivered.
-
-        A record counts as delivered once its callback was called, whether it
-        returned, stopped the call (a negative int) or raised; the records
-        after it stay pending (``batch.next``) for the next call.
-        """
-        batch = self._pending
-        if batch is None:
-            return 0
-        first = batch.next
-        n = len(batch.starts)
-        stride = uniform_stride(batch.starts, batch.lens, first, n) if n - first >= MIN_RECORDS else 0
-        try:
-            if stride:
-                self._deliver_uniform(batch, first, n, stride)
-            else:
-                self._deliver_each(batch, first)
-        finally:
-            # Both record in batch.next how far they got, also when a callback raised.
-            if batch.next >= n:
-                self._pending = None
-        return batch.next - first
 
     def _deliver_uniform(self, batch: Batch, first: int, n: int, stride: int) -> None:
         """Records ``first..n-1`` of equal size at one stride: cached slices, one chunk view at a time.
