@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import array
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import islice
+from operator import length_hint
 
 #: Records per chunk: the cached slices of one record size cover one chunk
 #: (about 90 bytes each: a slice and its ints), and a chunk costs one extra view.
@@ -80,3 +81,35 @@ def chunk_slices(stride: int, length: int) -> list[slice]:
             _slices.clear()
         _slices[key] = got
     return got
+
+
+class Chunks:
+    """The records ``first..n-1`` of a uniform batch, one chunk at a time, and how many were taken.
+
+    Iterating yields ``(pos, chunk, it)``: the index of the chunk's first
+    record, a view of the batch from that record on, and an iterator over the
+    cached slices of the chunk's records (``chunk[s]`` is one record's view).
+    :meth:`taken` is the index after the last record whose slice was taken
+    from an iterator: whatever interrupts the caller's loop (a callback's
+    exception, a stop, a signal), it is exact, because the chunk's end and its
+    iterator are replaced together in one store.
+    """
+
+    __slots__ = ("_state",)
+
+    def __init__(self, first: int) -> None:
+        self._state: tuple[int, Iterator[slice]] = (first, iter(()))
+
+    def taken(self) -> int:
+        end, it = self._state
+        return end - length_hint(it)
+
+    def over(self, view: memoryview, starts: Sequence[int], slices: list[slice],
+             n: int) -> Iterator[tuple[int, memoryview, Iterator[slice]]]:
+        """Chunks until record ``n``; ``slices`` from :func:`chunk_slices` for the batch's stride and length."""
+        while self._state[0] < n:
+            pos = self._state[0]
+            part = slices if n - pos >= len(slices) else slices[:n - pos]
+            it = iter(part)
+            self._state = (pos + len(part), it)
+            yield pos, view[starts[pos]:], it

@@ -17,9 +17,8 @@ import math
 import mmap
 import os
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from itertools import islice
-from operator import length_hint
 from typing import Any
 
 from . import _check, _close, _into, _libbpf, _shim
@@ -36,7 +35,7 @@ from ._rings import (
     ring_cpus,
     ring_range,
 )
-from ._views import chunk_slices
+from ._views import Chunks, chunk_slices
 from .errors import ClosedError
 from .maps import Map
 
@@ -188,19 +187,14 @@ class PerfBuffer(BatchReader):
 
     def _deliver_uniform(self, batch: Batch, first: int, n: int, stride: int) -> None:
         """Samples ``first..n-1`` of one size at one stride: cached slices (see RingBuffer._deliver_uniform)."""
-        starts, view, tags, callback = batch.starts, batch.view, batch.tags, self._callback
-        slices = chunk_slices(stride, batch.lens[first])
-        state: tuple[int, Iterator[slice]] = (first, iter(()))
+        tags, callback = batch.tags, self._callback
+        chunks = Chunks(first)
         try:
-            while state[0] < n:
-                pos = state[0]
-                part = slices if n - pos >= len(slices) else slices[:n - pos]
-                state = (pos + len(part), iter(part))
-                chunk = view[starts[pos]:]
-                for s, cpu in zip(state[1], islice(tags, pos, None)):
+            for pos, chunk, it in chunks.over(batch.view, batch.starts, chunk_slices(stride, batch.lens[first]), n):
+                for s, cpu in zip(it, islice(tags, pos, None)):
                     callback(cpu, chunk[s])
         finally:
-            batch.next = state[0] - length_hint(state[1])
+            batch.next = chunks.taken()
 
     def _deliver_each(self, batch: Batch, first: int) -> None:
         """Any records, lost-sample notices included: a slice made per record."""

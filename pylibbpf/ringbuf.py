@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import errno
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from itertools import islice
-from operator import length_hint
 from typing import Any
 
 from . import _check, _close, _into, _libbpf, _shim
@@ -29,7 +28,7 @@ from ._batch import Batch, BatchReader
 from ._close import Callback, Closable, Waiter
 from ._ffi import ffi, lib
 from ._rings import SAFETY_NET_MS, RingBufLayout, RingBufMaps, busy_pause, require_map_type
-from ._views import chunk_slices
+from ._views import Chunks, chunk_slices
 from .errors import ClosedError
 from .maps import Map
 
@@ -192,40 +191,30 @@ class RingBuffer(BatchReader):
 
         Per record: one memoryview (``chunk[s]``, ``s`` a cached slice), the
         call, and two identity tests of the result (None and 0 never reach
-        ``_stops``). ``state`` pairs a chunk's end with the iterator over its
-        slices, replaced in one store: whatever interrupts the loop (a
-        callback's exception, a stop, a signal), ``end - length_hint(it)`` is
-        the number of records whose callback was called.
+        ``_stops``). Whatever interrupts the loop (a callback's exception, a
+        stop, a signal), ``Chunks.taken()`` is the index after the last record
+        whose callback was called.
         """
-        starts, view, callbacks = batch.starts, batch.view, self._callbacks
-        slices = chunk_slices(stride, batch.lens[first])
+        callbacks = self._callbacks
+        chunks = Chunks(first)
+        records = chunks.over(batch.view, batch.starts, chunk_slices(stride, batch.lens[first]), n)
         zero = 0
-        state: tuple[int, Iterator[slice]] = (first, iter(()))
         try:
-            while state[0] < n:
-                pos = state[0]
-                part = slices if n - pos >= len(slices) else slices[:n - pos]
-                state = (pos + len(part), iter(part))
-                it = state[1]
-                chunk = view[starts[pos]:]
-                if len(callbacks) == 1:
-                    callback = callbacks[0]
+            if len(callbacks) == 1:
+                callback = callbacks[0]
+                for _, chunk, it in records:
                     for s in it:
                         ret = callback(chunk[s])
                         if ret is not None and ret is not zero and _stops(ret, callback):
-                            break
-                    else:
-                        continue
-                    break
-                for s, ring in zip(it, islice(batch.tags, pos, None)):
-                    ret = callbacks[ring](chunk[s])
-                    if ret is not None and ret is not zero and _stops(ret, callbacks[ring]):
-                        break
-                else:
-                    continue
-                break
+                            return
+            else:
+                for pos, chunk, it in records:
+                    for s, ring in zip(it, islice(batch.tags, pos, None)):
+                        ret = callbacks[ring](chunk[s])
+                        if ret is not None and ret is not zero and _stops(ret, callbacks[ring]):
+                            return
         finally:
-            batch.next = state[0] - length_hint(state[1])
+            batch.next = chunks.taken()
 
     def _deliver_each(self, batch: Batch, first: int) -> None:
         """Any records (lengths or offsets differ): a slice made per record."""
