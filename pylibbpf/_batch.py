@@ -14,7 +14,6 @@ from __future__ import annotations
 import abc
 import array
 import asyncio
-import functools
 import os
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -99,6 +98,15 @@ class Batch:
         batch.next = 0
         return batch
 
+    @classmethod
+    def one(cls: type[BatchT], data: bytes) -> BatchT:
+        """A batch of the one record ``data`` (from one ring, no lost-sample notice)."""
+        batch = cls.__new__(cls)
+        batch.blob, batch.view = data, memoryview(data)
+        batch.starts, batch.lens, batch.tags, batch.lost = [0], [len(data)], [0], [0]
+        batch.next = 0
+        return batch
+
     def rest(self) -> Batch:
         """The records not delivered yet, as a batch of their own (shares the bytes)."""
         if self.next:
@@ -157,7 +165,7 @@ class Batch:
         import numpy as np
 
         self.rest()
-        dtype = _numpy_dtype(event_def)
+        dtype = event_def.numpy_dtype()  # an EventDef makes it once and keeps it
         size = int(event_def.size)
         n = len(self.starts)
         if n == 0:
@@ -180,6 +188,8 @@ class Batch:
             # numpy's copy of the structured rows, and this runs between a wakeup and the
             # caller's first look).
             buf = bytearray(blob) if isinstance(blob, bytes) else blob
+            if stride == size:  # rows back to back: frombuffer (positional: numpy parses keywords slowly)
+                return np.frombuffer(buf, dtype, n, first)
             return np.ndarray((n,), dtype=dtype, buffer=buf, offset=first, strides=(stride,))
         starts = _as_numpy(self.starts)
         raw = np.frombuffer(blob, dtype=np.uint8)
@@ -246,12 +256,6 @@ def _as_numpy(values: Sequence[int]) -> Any:
     if isinstance(values, array.array):
         return np.frombuffer(values, dtype=np.uint32 if values.itemsize == 4 else np.uint64)
     return np.asarray(values, dtype=np.int64)
-
-
-@functools.lru_cache(maxsize=64)
-def _numpy_dtype(event_def: Any) -> Any:
-    """EventDef.numpy_dtype(), built once per definition (it costs microseconds)."""
-    return event_def.numpy_dtype()
 
 
 @dataclass(slots=True)
@@ -507,6 +511,10 @@ class BatchReader(Closable, _into.HandsBackOdd):
     def _read_batch_ms(self, timeout_ms: int) -> Batch:
         if not self._fill(timeout_ms):
             return Batch.empty()
+        return self._take_pending()
+
+    def _take_pending(self) -> Batch:
+        """The pending records as the batch read_batch returns (empty when none are pending)."""
         batch = self._pending
         if batch is None:
             return Batch.empty()

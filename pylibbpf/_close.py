@@ -441,6 +441,8 @@ def one_caller(empty: Callable[[], Any]) -> Callable[[Callable[..., ResultT]], C
             try:
                 return method(self, timeout_ms)
             finally:
-                calls.leave()
+                # calls.leave() inlined: this runs between a wakeup and the caller's first record.
+                calls._owner = None
+                calls._lock.release()
         return call
     return wrap

@@ -244,6 +244,7 @@ class EventDef:
     __slots__ = (
         "_attrs",
         "_by_name",
+        "_dtype",
         "_fields",
         "_layout",
         "_name",
@@ -266,6 +267,7 @@ class EventDef:
     _simple: bool  # no arrays and no chars: the unpacked tuple is the record
     _record_type: type[EventRecord]
     _attrs: dict[str, str]  # attribute name -> field name
+    _dtype: Any  # numpy_dtype() at the event's own size, made on first use (it costs microseconds)
 
     def __init__(self, name: str, fields: Iterable[EventField], size: int, layout: str) -> None:
         """Validate and build; prefer :func:`defevent` or :meth:`from_layout`.
@@ -347,6 +349,7 @@ class EventDef:
         sets(self, "_simple", all(c == 1 and t != "char" for _, c, t in plan))
         sets(self, "_record_type", record_type)
         sets(self, "_attrs", attrs)
+        sets(self, "_dtype", None)
 
     @classmethod
     def from_layout(cls, name: str, rows: Iterable[tuple[str, str, int, int]], size: int) -> EventDef:
@@ -635,11 +638,15 @@ class EventDef:
         Field names are kept as defined (dots included).  ``char[n]`` maps to
         ``S<n>`` (numpy drops trailing NULs, it does not cut at the first one);
         other arrays are subarray fields.  ``itemsize`` (default ``size``) may be
-        larger, for records padded in a batch.
+        larger, for records padded in a batch.  The dtype at the event's own
+        size is made once and the same object is returned by every later call
+        (``Batch.to_numpy`` asks for it per batch; a dtype costs microseconds).
 
         Raises ``ImportError`` naming numpy if it is not installed, ``ValueError``
         if ``itemsize`` is smaller than ``size``.
         """
+        if (itemsize is None or itemsize == self._size) and self._dtype is not None:
+            return self._dtype
         np = _numpy("EventDef.numpy_dtype")
         if itemsize is None:
             itemsize = self._size
@@ -656,7 +663,7 @@ class EventDef:
                 formats.append((kind, (f.count,)))
             else:
                 formats.append(kind)
-        return np.dtype(
+        dtype = np.dtype(
             {
                 "names": [f.name for f in self._fields],
                 "formats": formats,
@@ -664,6 +671,9 @@ class EventDef:
                 "itemsize": itemsize,
             }
         )
+        if itemsize == self._size:
+            object.__setattr__(self, "_dtype", dtype)  # a cache, not a change: the event stays frozen
+        return dtype
 
     def parse_many(self, buf: Any, count: int | None = None, *, stride: int | None = None) -> Any:
         """Parse ``count`` events laid out every ``stride`` bytes into a numpy record array.

@@ -25,7 +25,7 @@ from typing import Any
 
 from . import _check, _close, _into, _libbpf, _shim
 from ._batch import Batch, BatchReader
-from ._close import Callback, Closable, Waiter
+from ._close import Callback, Closable, Waiter, one_caller
 from ._ffi import ffi, lib
 from ._rings import SAFETY_NET_MS, RingBufLayout, RingBufMaps, busy_pause, require_map_type
 from ._views import Chunks, chunk_slices
@@ -36,6 +36,9 @@ CData = Any
 
 #: plb_rb_wait_drain's "ready, but look at the drain's result" (read once, not per wakeup).
 _DRAIN_CHECK: int = lib.PLB_DRAIN_CHECK
+
+#: The int a callback returns to go on (compared by identity, as the loops in _deliver do).
+_ZERO = 0
 
 #: Records drained per C call at most.
 DEFAULT_MAX_BATCH = 65536
@@ -129,16 +132,28 @@ class RingBuffer(BatchReader):
             yield batch[i]
 
     def _fill(self, timeout_ms: int) -> bool:
-        """Wait and drain into ``_pending`` in one C call (unless records are pending); False on timeout.
+        """Wait and drain into ``_pending`` (unless records are pending); False on timeout."""
+        got = self._fill_one(timeout_ms)
+        if type(got) is bytes:
+            self._pending = Batch.one(got)
+            return True
+        return bool(got)
+
+    def _fill_one(self, timeout_ms: int) -> bool | bytes:
+        """Wait and drain in one C call (unless records are pending): False on timeout, True when
+        the records are in ``_pending``, or the record itself (``bytes``) when the drain took
+        exactly one record from one ring: the latency case, handed to the caller without a Batch.
 
         ``timeout_ms`` was checked by poll/read_batch. The wait watches the maps'
         fds and the close eventfd; once one is ready, the same C call drains.
         This runs between a wakeup and the first record reaching Python, on a
         CPU just out of idle whose caches hold little of the interpreter: every
-        frame and attribute read counts here (see docs/benchmarks.md, "latency:
-        where the time went"), so the usual case (records, or a timeout)
-        returns straight from here; a signal, a close or an error go through
-        the waiter's slow path.
+        frame, object and attribute read counts here (see docs/benchmarks.md,
+        "latency: where the time went"), so the usual case (one record, records,
+        or a timeout) returns straight from here; a signal, a close or an error
+        go through the waiter's slow path. A record the C call consumed reaches
+        the caller or ``_pending`` whatever happens (an exception surfacing the
+        moment the call returns makes it pending).
         """
         self._check_open()
         if self._pending is not None:
@@ -152,13 +167,22 @@ class RingBuffer(BatchReader):
             start = time.monotonic() if timeout_ms > 0 else 0.0
             batch = self._batch
             # _wait_drain inlined (one frame less on the way back from the wakeup).
+            one = None
             try:
                 ret: int = _shim.plb_rb_wait_drain(waiter.ptr, timeout_ms, self._rb, batch, self._max_batch,
                                                    self._drained)
-            finally:
-                # As in _wait_drain: the records the call took reach _pending whatever happens next.
-                if batch.n:
+                n = batch.n
+                if n == 1 and ret == 1 and not self._tagged:
+                    # The record starts at offset 0 of the drain's buffer (plb_batch_append).
+                    one = ffi.buffer(batch.buf, batch.len[0])[:]
+                    return one  # type: ignore[no-any-return]  # bytes: cffi is untyped
+                if n:
                     self._pending = Batch(batch, with_tags=self._tagged)
+            except BaseException:
+                # As in _wait_drain: the records the call took reach _pending whatever happens next.
+                if one is None and self._pending is None and batch.n:
+                    self._pending = Batch(batch, with_tags=self._tagged)
+                raise
             if ret == 1:
                 return True
             if ret == 0:
@@ -167,6 +191,33 @@ class RingBuffer(BatchReader):
                 _libbpf.check_collected(batch, self._drained[0], "ring_buffer__consume_n")
                 return True
             return waiter.after(ret, timeout_ms, start, self._what, self._wait_drain)
+
+    @one_caller(int)
+    def poll(self, timeout_ms: int = -1) -> int:
+        """Wait up to ``timeout_ms`` (-1: forever) for records, deliver them, return how many.
+
+        Another thread's poll/consume/read_batch on this reader is waited for
+        (within the timeout). Returns 0 on timeout; raises ClosedError if closed (also when closed by
+        another thread during the wait) and whatever a callback raised. A wakeup
+        that drained one record calls the callback straight from here (no Batch).
+        """
+        got = self._fill_one(timeout_ms)
+        if type(got) is bytes:
+            callback = self._callbacks[0]
+            ret = callback(memoryview(got))
+            if ret is not None and ret is not _ZERO:
+                _stops(ret, callback)  # the type check; one record: stopped or not, the call is done
+            return 1
+        return self._deliver() if got else 0
+
+    @one_caller(Batch.empty)
+    def _read_batch_ms(self, timeout_ms: int) -> Batch:
+        got = self._fill_one(timeout_ms)
+        if type(got) is bytes:
+            return Batch.one(got)
+        if not got:
+            return Batch.empty()
+        return self._take_pending()
 
     def _wait_drain(self, waiter: CData, timeout_ms: int) -> int:
         """The wait (up to ``timeout_ms``, 0: none) and the drain of up to max_batch records (or about

@@ -432,7 +432,16 @@ def test_numpy_missing_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ImportError, match=r"EventDef\.parse_many needs numpy"):
         ConnectionEvent.parse_many(_seed_bytes(), 1)
     with pytest.raises(ImportError, match="numpy"):
-        ConnectionEvent.numpy_dtype()
+        # A definition whose dtype was never made (an event keeps its dtype once made).
+        defevent("NoNumpy", ("x", "u32")).numpy_dtype()
+
+
+def test_numpy_dtype_is_made_once_per_event() -> None:
+    e = defevent("Once", ("a", "u64"), ("b", "u32"))
+    dt = e.numpy_dtype()
+    assert e.numpy_dtype() is dt and e.numpy_dtype(itemsize=12) is dt
+    wider = e.numpy_dtype(itemsize=16)
+    assert wider.itemsize == 16 and wider is not dt and e.numpy_dtype() is dt
 
 
 # -- explicit layouts (BTF) ------------------------------------------------------

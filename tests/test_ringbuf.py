@@ -264,6 +264,76 @@ def test_read_batch_hands_over_one_batch(obj: BPFObject) -> None:
         assert rb_event(batch[49]) == (59, 3, 0)
 
 
+# -- one record per wakeup: the latency path, handed over without a Batch -----------------------
+
+def test_one_record_per_drain_keeps_the_callback_contract(obj: BPFObject) -> None:
+    kept: list[memoryview] = []
+    with RingBuffer(obj.maps["rb"], kept.append) as rb:
+        for seq in range(5):
+            emit_ring(obj.programs["emit"], 1, first_seq=seq, value=3 * seq)
+            assert rb.poll(1000) == 1
+            assert rb.consume() == 0
+    assert all(isinstance(v, memoryview) and v.readonly and len(v) == 24 for v in kept)
+    assert [rb_event(v) for v in kept] == [(s, 3 * s, 0) for s in range(5)]
+
+
+def test_one_record_whose_callback_raises_is_delivered_once(obj: BPFObject) -> None:
+    seen: list[int] = []
+
+    def callback(data: memoryview) -> None:
+        seen.append(rb_event(data)[0])
+        raise RuntimeError("boom")
+
+    with RingBuffer(obj.maps["rb"], callback) as rb:
+        emit_ring(obj.programs["emit"], 1, first_seq=7)
+        with pytest.raises(RuntimeError, match="boom"):
+            rb.poll(1000)
+        assert rb.consume() == 0
+    assert seen == [7]
+
+
+@pytest.mark.parametrize("bad", [True, "stop", 1.5])
+def test_one_record_callback_returning_a_non_int_is_a_type_error(obj: BPFObject, bad: object) -> None:
+    def callback(data: memoryview) -> object:
+        return bad
+
+    with RingBuffer(obj.maps["rb"], callback) as rb:
+        emit_ring(obj.programs["emit"], 1)
+        with pytest.raises(TypeError, match=r"callback .*callback must return None or an int"):
+            rb.poll(1000)
+        assert rb.consume() == 0  # the record counted as delivered
+
+
+def test_one_record_callback_stopping_returns_one(obj: BPFObject) -> None:
+    with RingBuffer(obj.maps["rb"], lambda d: -1) as rb:
+        emit_ring(obj.programs["emit"], 1)
+        assert rb.poll(1000) == 1
+        emit_ring(obj.programs["emit"], 1)
+        assert rb.poll(1000) == 1
+
+
+def test_read_batch_of_one_record(obj: BPFObject) -> None:
+    with RingBuffer(obj.maps["rb"], lambda d: None) as rb:
+        emit_ring(obj.programs["emit"], 1, first_seq=42, value=9)
+        batch = rb.read_batch(1.0)
+        assert len(batch) == 1 and batch[0].readonly and len(batch[0]) == 24
+        assert rb_event(batch[0]) == (42, 9, 0)
+        assert [rb_event(v) for v in batch] == [(42, 9, 0)]
+        assert len(rb.read_batch(0)) == 0
+
+
+def test_one_record_in_an_added_ring_goes_to_that_rings_callback(obj: BPFObject) -> None:
+    first: list[int] = []
+    second: list[int] = []
+    with RingBuffer(obj.maps["rb"], lambda d: first.append(rb_event(d)[0])) as rb:
+        rb.add(obj.maps["rb2"], lambda d: second.append(rb_event(d)[0]))
+        emit_ring(obj.programs["emit"], 1, first_seq=3, target=1)
+        assert rb.poll(1000) == 1
+        emit_ring(obj.programs["emit"], 1, first_seq=4)
+        assert rb.poll(1000) == 1
+    assert first == [4] and second == [3]
+
+
 def test_async_iteration_ends_on_close_and_cancels_cleanly(obj: BPFObject) -> None:
     async def scenario() -> tuple[list[int], bool]:
         loop = asyncio.get_running_loop()
