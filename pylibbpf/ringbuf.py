@@ -51,7 +51,8 @@ class RingBuffer(BatchReader):
     """Read one or more BPF ring buffers; ``callback(data: memoryview) -> int | None`` per record.
 
     ``data`` is a read-only view of a copy of the record: it stays valid after the
-    callback returns (it keeps its batch alive). A callback returning a negative
+    callback returns (it keeps the copy alive: its batch, or the record alone when
+    a wakeup drained one). A callback returning a negative
     int stops the current ``poll``/``consume`` after that record, as in libbpf;
     the records after it stay queued for the next call. A callback that raises
     stops the call the same way and the exception reaches the caller; nothing
