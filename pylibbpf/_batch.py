@@ -170,6 +170,11 @@ class Batch:
         n = len(self.starts)
         if n == 0:
             return np.empty(0, dtype=dtype)
+        blob = self.blob
+        if n == 1 and type(blob) is bytes and len(blob) == size == self.lens[0] == dtype.itemsize:
+            # One record alone in its bytes (a wakeup's batch of one, the latency case): the
+            # general checks below cost as much again as making the array.
+            return np.frombuffer(bytearray(blob), dtype, 1)
         if isinstance(self.lens, list):  # a small batch: Python's min/max beat numpy's set-up
             shortest, longest = min(self.lens), max(self.lens)
         else:
@@ -180,7 +185,6 @@ class Batch:
                              f"the event's {size} bytes")
         first = int(self.starts[0])
         stride = (int(self.lens[0]) + 7) & ~7
-        blob = self.blob
         if shortest == longest and int(self.starts[-1]) - first == (n - 1) * stride and dtype.itemsize == size:
             # Equal records packed back to back: one strided view over the records, no
             # per-field copy, no index arrays. Handed-over memory is viewed as it is; a small

@@ -14,6 +14,7 @@ import pytest
 from progs import blocked_in_epoll, counter, emit_ring, epoll_sets, rb_event, wait_until
 
 from pylibbpf import BPFError, BPFObject, ClosedError, RingBuffer, lib
+from pylibbpf.events import defevent
 
 pytestmark = pytest.mark.usefixtures("bpf_privileged")
 
@@ -320,6 +321,22 @@ def test_read_batch_of_one_record(obj: BPFObject) -> None:
         assert rb_event(batch[0]) == (42, 9, 0)
         assert [rb_event(v) for v in batch] == [(42, 9, 0)]
         assert len(rb.read_batch(0)) == 0
+
+
+def test_to_numpy_of_a_one_record_batch(obj: BPFObject) -> None:
+    pytest.importorskip("numpy")
+    ev = defevent("RbEvent", ("seq", "u64"), ("value", "u64"), ("ring", "u32"), ("pad", "u32"))
+    short = defevent("Long", ("seq", "u64"), ("rest", "u8", 40))
+    with RingBuffer(obj.maps["rb"], lambda d: None) as rb:
+        emit_ring(obj.programs["emit"], 1, first_seq=42, value=9)
+        batch = rb.read_batch(1.0)
+        arr = batch.to_numpy(ev)
+        assert arr.shape == (1,) and arr.flags.writeable
+        assert (int(arr["seq"][0]), int(arr["value"][0]), int(arr["ring"][0])) == (42, 9, 0)
+        arr["seq"] = 7  # a copy: the batch's record is unchanged
+        assert rb_event(batch[0]) == (42, 9, 0)
+        with pytest.raises(ValueError, match="a record of 24 bytes is shorter than the event's 48 bytes"):
+            batch.to_numpy(short)
 
 
 def test_one_record_in_an_added_ring_goes_to_that_rings_callback(obj: BPFObject) -> None:
