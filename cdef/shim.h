@@ -40,7 +40,7 @@ void plb_perfbuf_collect_lost(void *ctx, int cpu, unsigned long long cnt);
 struct ring_buffer;
 struct perf_buffer;
 struct plb_batch;
-enum plb_wait_result { PLB_DRAIN_CHECK, ... };
+enum plb_wait_result { PLB_DRAIN_CHECK, PLB_DRAIN_ONE, ... };
 struct plb_waiter {
     int epfd;
     int evfd;

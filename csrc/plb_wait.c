@@ -76,6 +76,18 @@ int plb_waiter_wait(struct plb_waiter *w, int timeout_ms)
 	return ready;
 }
 
+/* What a wait-and-drain returns once ready: PLB_DRAIN_CHECK after an error (the
+ * drain's, failed, or the batch's), PLB_DRAIN_ONE for exactly one record that
+ * is not a lost-sample notice, else the wait's result. */
+static int plb_drain_result(const struct plb_batch *b, int failed, int ready)
+{
+	if (failed || b->err)
+		return PLB_DRAIN_CHECK;
+	if (b->n == 1 && b->lost[0] == 0)
+		return PLB_DRAIN_ONE;
+	return ready;
+}
+
 int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb,
 		      struct plb_batch *b, int max, int *drained)
 {
@@ -92,7 +104,7 @@ int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *
 	*drained = ring_buffer__consume_n(rb, (size_t)max);
 	/* One return value to test on the way back: the caller looks at *drained and
 	 * the batch's error only when this says so. */
-	return *drained < 0 || b->err ? PLB_DRAIN_CHECK : ready;
+	return plb_drain_result(b, *drained < 0, ready);
 }
 
 int plb_pb_wait_drain(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb,
@@ -113,7 +125,7 @@ int plb_pb_wait_drain(struct plb_waiter *w, int timeout_ms, struct perf_buffer *
 	 * or by the drain its own pending wake-up triggers. */
 	err = perf_buffer__consume(pb);
 	*drained = err < 0 ? err : (int)b->n;
-	return ready;
+	return plb_drain_result(b, err < 0, ready);
 }
 
 void plb_waiter_wake(struct plb_waiter *w)

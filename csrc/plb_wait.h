@@ -16,8 +16,11 @@ struct ring_buffer;
 struct perf_buffer;
 struct plb_batch;
 
-/* plb_rb_wait_drain: ready, but the drain stopped early (see *drained and the batch's err). */
-enum plb_wait_result { PLB_DRAIN_CHECK = 2 };
+/* plb_rb_wait_drain / plb_pb_wait_drain, besides the wait's own results:
+ * PLB_DRAIN_CHECK: ready, but the drain stopped early (see *drained and the batch's err);
+ * PLB_DRAIN_ONE: ready, and the drain took exactly one record, not a lost-sample notice, without
+ * an error (the latency case: the caller reads that record alone, batch->start[0] == 0). */
+enum plb_wait_result { PLB_DRAIN_CHECK = 2, PLB_DRAIN_ONE = 3 };
 
 struct plb_waiter {
 	int epfd;
@@ -48,8 +51,10 @@ int plb_waiter_wait(struct plb_waiter *w, int timeout_ms);
  * plb_ringbuf_collect); *drained = its result (records, or -errno; 0 when
  * nothing was drained). Returns what the wait returned (1 ready, 0 timeout,
  * -ECANCELED once woken, -EINTR on a signal, else -errno), 1 without a wait,
- * or PLB_DRAIN_CHECK when the drain returned an error or the batch has one
- * (its own byte-limit stop included: plb_batch.h, PLB_BATCH_FULL).
+ * PLB_DRAIN_CHECK when the drain returned an error or the batch has one
+ * (its own byte-limit stop included: plb_batch.h, PLB_BATCH_FULL), or
+ * PLB_DRAIN_ONE when it took one record and no error (so a wake-up with one
+ * record ready reads no other field of the batch than that record's).
  * No Python in between: the caller crosses into C once per wake-up. */
 int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb,
 		      struct plb_batch *b, int max, int *drained);
@@ -63,7 +68,8 @@ int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *
  * while we drained) is read all the same. The batch is reset first;
  * *drained = the batch's record count, or -errno when perf_buffer__consume
  * failed (records collected before the error stay in the batch); 0 when
- * nothing was drained. Returns as plb_rb_wait_drain. */
+ * nothing was drained. Returns as plb_rb_wait_drain (PLB_DRAIN_ONE: one
+ * sample; a lost-sample notice alone is not one). */
 int plb_pb_wait_drain(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb,
 		      struct plb_batch *b, int *drained);
 /* Wake every waiter, now and later; safe from any thread. */

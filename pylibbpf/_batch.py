@@ -16,11 +16,11 @@ import array
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import _arrow, _check, _into, _shim, _views
+from . import _arrow, _check, _into, _libbpf, _shim, _views
 from ._close import Closable, OneCaller, one_caller
 from ._ffi import ffi, lib
 from .errors import ClosedError
@@ -32,6 +32,11 @@ BatchT = TypeVar("BatchT", bound="Batch")
 
 #: Longest pause of read_into after a wakeup that found nothing readable (a busy head).
 _BUSY_PAUSE_MAX_S = 0.02
+
+#: A wait-and-drain's "ready, but look at the drain's result" and "ready, one record" (csrc/plb_wait.h;
+#: read once, not per wakeup).
+_DRAIN_CHECK: int = lib.PLB_DRAIN_CHECK
+_DRAIN_ONE: int = lib.PLB_DRAIN_ONE
 
 
 class Batch:
@@ -99,11 +104,11 @@ class Batch:
         return batch
 
     @classmethod
-    def one(cls: type[BatchT], data: bytes) -> BatchT:
-        """A batch of the one record ``data`` (from one ring, no lost-sample notice)."""
+    def one(cls: type[BatchT], data: bytes, tag: int = 0) -> BatchT:
+        """A batch of the one record ``data`` (not a lost-sample notice) tagged ``tag`` (its CPU or ring)."""
         batch = cls.__new__(cls)
         batch.blob, batch.view = data, memoryview(data)
-        batch.starts, batch.lens, batch.tags, batch.lost = [0], [len(data)], [0], [0]
+        batch.starts, batch.lens, batch.tags, batch.lost = [0], [len(data)], [tag], [0]
         batch.next = 0
         return batch
 
@@ -412,15 +417,26 @@ class OrderedBatch(Batch):
 class BatchReader(Closable, _into.HandsBackOdd):
     """poll/consume/read_batch over a C drain: the protocol RingBuffer and PerfBuffer share.
 
-    Subclasses implement ``_wait_drain()`` (wait, then copy what the kernel
-    rings hold into ``self._pending``, in one C call; lock held) and ``_deliver()`` (call the callbacks for
-    ``self._pending``; no lock held, so a callback may close the reader).
+    Subclasses set the drain (the attributes below; see :func:`wait_drain`)
+    and implement ``_deliver_uniform``/``_deliver_each`` (call the callbacks for
+    ``self._pending``; no lock held, so a callback may close the reader) and
+    ``poll``, whose one-record case calls the callback itself (see :meth:`_fill_one`).
     Records a callback stop left undelivered are delivered first by the next
     call, without waiting. ``poll``/``consume``/``read_batch`` from several
     threads take turns (:class:`OneCaller`): every record reaches one of them, once.
     """
 
     _pending: Batch | None = None
+    #: The C batch the drain fills, and the int the drain stores its count (or -errno) in.
+    _batch: Any
+    _drained: Any
+    #: The wait-and-drain C call, ``(waiter, timeout_ms, *_drain_args) -> int`` (csrc/plb_wait.h),
+    #: and what its errors name. ``_drain_args`` is emptied by ``_release`` (it holds the C reader).
+    _drain_c: Callable[..., int]
+    _drain_args: tuple[Any, ...] = ()
+    _drain_what = ""
+    #: Whether the batches carry each record's tag (a perf sample's CPU, a ring's index).
+    _tagged = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -467,33 +483,67 @@ class BatchReader(Closable, _into.HandsBackOdd):
                 loop.remove_reader(fd)
             os.close(fd)
 
-    def _fill(self, timeout_ms: int) -> bool:
-        """Wait and drain into ``_pending`` in one C call (unless records are pending); False on timeout.
+    def _fill_one(self, timeout_ms: int) -> bool | tuple[int, bytes]:
+        """Wait and drain in one C call (unless records are pending): False on timeout, True when
+        the records are in ``_pending``, or ``(tag, record)`` (the CPU or ring, and the record as
+        ``bytes``) when the drain took exactly one record that is not a lost-sample notice: the
+        latency case, handed to the caller without a Batch.
 
         ``timeout_ms`` was checked by poll/read_batch (:func:`one_caller`); 0
         drains without waiting. The wait watches the rings' own fds and the
-        close eventfd; once one is ready, the same C call drains, so the only
-        Python between the wake-up and the first callback is the batch's
-        copy-out (see docs/benchmarks.md, "latency: where the time went").
+        close eventfd; once one is ready, the same C call drains.
+        This runs between a wakeup and the first record reaching Python, on a
+        CPU just out of idle whose caches hold little of the interpreter: every
+        frame, object and cdata read counts here (see docs/benchmarks.md,
+        "latency: where the time went"), so the usual case (one record, records,
+        or a timeout) returns straight from here and the C call's result says
+        which it is; a signal, a close or an error go through the waiter's slow
+        path. A record the C call consumed reaches the caller or ``_pending``
+        whatever happens (an exception surfacing the moment the call returns
+        makes it pending).
         """
         self._check_open()
-        if self._pending is None:
-            with self._lock:
-                self._check_open()
-                if self._waiter is None:
-                    raise ClosedError(self._what)
-                return self._waiter.wait(timeout_ms, self._what, self._wait_drain)
-        return True
+        if self._pending is not None:
+            return True
+        with self._lock:
+            self._check_open()
+            waiter = self._waiter
+            if waiter is None:
+                raise ClosedError(self._what)
+            # Only a signal's retry needs the start, but it must be read before the wait.
+            start = time.monotonic() if timeout_ms > 0 else 0.0
+            batch = self._batch
+            # wait_drain inlined (one frame less on the way back from the wakeup).
+            one = None
+            try:
+                ret: int = self._drain_c(waiter.ptr, timeout_ms, *self._drain_args)
+                if ret == _DRAIN_ONE:
+                    # The record starts at offset 0 of the drain's buffer (plb_batch_append).
+                    one = (batch.tag[0], ffi.buffer(batch.buf, batch.len[0])[:])
+                    return one
+                if batch.n:
+                    self._pending = Batch(batch, with_tags=self._tagged)
+            except BaseException:
+                # As in wait_drain: the records the call took reach _pending whatever happens next.
+                if one is None and self._pending is None and batch.n:
+                    self._pending = Batch(batch, with_tags=self._tagged)
+                raise
+            if ret == 1:
+                return True
+            if ret == 0:
+                return False
+            if ret == _DRAIN_CHECK:
+                _libbpf.check_collected(batch, self._drained[0], self._drain_what)
+                return True
+            return waiter.after(ret, timeout_ms, start, self._what, self._wait_drain)
 
-    @one_caller(int)
+    @abc.abstractmethod
     def poll(self, timeout_ms: int = -1) -> int:
         """Wait up to ``timeout_ms`` (-1: forever) for records, deliver them, return how many.
 
-        Another thread's poll/consume/read_batch on this reader is waited for
-        (within the timeout). Returns 0 on timeout; raises ClosedError if closed (also when closed by
-        another thread during the wait) and whatever a callback raised.
+        Subclasses: under :func:`one_caller`, :meth:`_fill_one`, then the
+        callback for its one record, or :meth:`_deliver`.
         """
-        return self._deliver() if self._fill(timeout_ms) else 0
 
     def consume(self) -> int:
         """Deliver whatever is available now, without waiting; returns how many."""
@@ -513,7 +563,10 @@ class BatchReader(Closable, _into.HandsBackOdd):
 
     @one_caller(Batch.empty)
     def _read_batch_ms(self, timeout_ms: int) -> Batch:
-        if not self._fill(timeout_ms):
+        got = self._fill_one(timeout_ms)
+        if type(got) is tuple:
+            return Batch.one(got[1], got[0])
+        if not got:
             return Batch.empty()
         return self._take_pending()
 
@@ -628,15 +681,9 @@ class BatchReader(Closable, _into.HandsBackOdd):
                     self._pending = None
                 yield batch, i
 
-    @abc.abstractmethod
     def _wait_drain(self, waiter: Any, timeout_ms: int) -> int:
-        """Wait up to ``timeout_ms`` (0: no wait) on ``waiter``, then copy the available records into
-        ``self._pending``, in one C call (lock held); returns the wait's result, as
-        ``plb_waiter_wait`` (for :meth:`_close.Waiter.wait`'s loop).
-
-        Records the call consumed from the kernel must reach ``_pending`` even when an
-        exception surfaces right after it returns (take them in a ``finally``).
-        """
+        """:func:`wait_drain` (lock held): the slow path's call, for :meth:`_close.Waiter.after`."""
+        return wait_drain(self, waiter, timeout_ms)
 
     def _deliver(self) -> int:
         """Call the callbacks for ``self._pending``, in order; returns how many records were handled.
@@ -673,6 +720,29 @@ class BatchReader(Closable, _into.HandsBackOdd):
     @abc.abstractmethod
     def _deliver_each(self, batch: Batch, first: int) -> None:
         """Deliver records from ``first`` on, one slice each; set ``batch.next`` however it ends."""
+
+
+def wait_drain(reader: Any, waiter: Any, timeout_ms: int) -> int:
+    """Wait up to ``timeout_ms`` (0: no wait) on ``waiter`` and drain, in one C call
+    (``reader._drain_c``; lock held); what it consumed becomes ``reader._pending``.
+
+    Returns the wait's result as ``plb_waiter_wait`` does (> 0 ready, for
+    :meth:`_close.Waiter.wait`'s loop); raises for a failed drain
+    (``_libbpf.check_collected``). Records the call consumed from the kernel
+    reach ``_pending`` even when the drain failed after them, or when an
+    exception (a signal's KeyboardInterrupt) surfaces the moment the call
+    returns. The call resets the batch first: it holds this call's records only.
+    """
+    batch = reader._batch
+    try:
+        ret: int = reader._drain_c(waiter, timeout_ms, *reader._drain_args)
+        if ret == _DRAIN_CHECK:
+            _libbpf.check_collected(batch, reader._drained[0], reader._drain_what)
+            ret = 1
+    finally:
+        if batch.n:
+            reader._pending = Batch(batch, with_tags=reader._tagged)
+    return ret
 
 
 class RecordReader(Closable):

@@ -75,23 +75,19 @@ def plb_waiter_remove(waiter: CData, fd: int, what: str) -> None:
 #: ``plb_rb_wait_drain(waiter, timeout_ms, rb, batch, n, drained) -> int``: wait up to ``timeout_ms``
 #: (0: not at all), then drain up to ``n`` records into ``batch``, in one C call (the GIL released once
 #: for both). Returns the wait's result unchecked, as :func:`plb_waiter_wait` (the caller handles
-#: -EINTR and -ECANCELED), or PLB_DRAIN_FAILED when the drain failed (``drained[0]`` and the batch's
-#: error are for ``_libbpf.check_collected``). The compiled function itself, not a wrapper: its
+#: -EINTR and -ECANCELED), PLB_DRAIN_CHECK when the drain failed (``drained[0]`` and the batch's
+#: error are for ``_libbpf.check_collected``), or PLB_DRAIN_ONE when it took exactly one record that
+#: is not a lost-sample notice. The compiled function itself, not a wrapper: its
 #: result is already a Python int, and this runs between a wakeup and the first record reaching
 #: Python, where each Python frame costs (see docs/benchmarks.md, "latency: where the time went").
 plb_rb_wait_drain = lib.plb_rb_wait_drain
 
-
-def plb_pb_wait_drain(waiter: CData, timeout_ms: int, pb: CData, batch: CData, drained: CData) -> int:
-    """Wait up to ``timeout_ms`` (0: not at all), then drain every CPU's ring of the perf_buffer
-    ``pb`` into ``batch`` (``perf_buffer__consume``), in one C call.
-
-    The waiter must watch the rings' perf event fds, not libbpf's epoll fd
-    (csrc/plb_wait.h says why). Returns the wait's result unchecked, as
-    :func:`plb_waiter_wait`; ``drained[0]`` is the batch's record count, or
-    -errno when ``perf_buffer__consume`` failed. Releases the GIL once for both.
-    """
-    return int(lib.plb_pb_wait_drain(waiter, timeout_ms, pb, batch, drained))
+#: ``plb_pb_wait_drain(waiter, timeout_ms, pb, batch, drained) -> int``: the same for every CPU's ring
+#: of the perf_buffer ``pb`` (``perf_buffer__consume``). The waiter must watch the rings' perf event
+#: fds, not libbpf's epoll fd (csrc/plb_wait.h says why). Returns as :data:`plb_rb_wait_drain`;
+#: ``drained[0]`` is the batch's record count, or -errno when ``perf_buffer__consume`` failed.
+#: The compiled function itself, for the same reason.
+plb_pb_wait_drain = lib.plb_pb_wait_drain
 
 
 def plb_waiter_add_writable(waiter: CData, fd: int, what: str) -> None:

@@ -22,8 +22,8 @@ from itertools import islice
 from typing import Any
 
 from . import _check, _close, _into, _libbpf, _shim
-from ._batch import Batch, BatchReader, Record, RecordReader, any_nonzero
-from ._close import Callback, Waiter, current_pid
+from ._batch import Batch, BatchReader, Record, RecordReader, any_nonzero, wait_drain
+from ._close import Callback, Waiter, current_pid, one_caller
 from ._ffi import ffi, lib
 from ._rings import (
     MAX_PAGE_CNT,
@@ -51,9 +51,10 @@ class PerfBuffer(BatchReader):
     bytes). ``lost_callback(cpu, count)`` runs for each lost-samples notice;
     without one, losses are still counted in ``lost_samples``.
 
-    A callback that raises stops the current ``poll``/``consume`` after that
-    sample and the exception reaches the caller; the samples after it are
-    delivered by the next call. One thread polls at a time; ``close()`` from any
+    The callbacks' return values are ignored. A callback that raises stops the
+    current ``poll``/``consume`` after that sample (which counts as delivered)
+    and the exception reaches the caller; the samples after it are delivered
+    by the next call. One thread polls at a time; ``close()`` from any
     thread wakes a blocked poll, which raises ClosedError.
     """
 
@@ -84,6 +85,14 @@ class PerfBuffer(BatchReader):
             raise
         owner = current_pid()
         self._drained = ffi.new("int *")
+        # The wait watches every ring's perf event fd (_ring_fds). A perf event fd reports each
+        # wake-up to one poll only (the kernel's perf_poll exchanges the ring's poll state with 0),
+        # and a ring written while a drain runs may have its wake-up pending with nothing left to
+        # read: a wake-up says "a ring was written", not which rings hold data. So the drain reads
+        # every ring after any wake-up (plb_pb_wait_drain): a sample whose wake-up another poll took
+        # is read by the next drain, whichever ring's wake-up (or a call without a wait) starts it.
+        self._drain_c = _shim.plb_pb_wait_drain
+        self._drain_what = "perf_buffer__consume"
         try:
             self._waiter = Waiter(_ring_fds(pb), "PerfBuffer")
         except BaseException:
@@ -95,6 +104,7 @@ class PerfBuffer(BatchReader):
         # The perf_buffer is freed when the last reference goes: close() drops ours,
         # and views from buffer() hold theirs, so their memory stays mapped.
         self._pb = _close.gc(pb, lambda p: free_perf_buffer(p, map_fd, owner))
+        self._drain_args = (self._pb, self._batch, self._drained)
 
     def buffer_cnt(self) -> int:
         """The number of per-CPU rings (one per online CPU)."""
@@ -180,10 +190,24 @@ class PerfBuffer(BatchReader):
         async for batch, i in self._records():
             yield batch.tags[i], batch[i]
 
-    def _wait_drain(self, waiter: CData, timeout_ms: int) -> int:
-        """The wait (up to ``timeout_ms``, 0: none) on the rings' perf event fds, then the drain of
-        every CPU's ring, in one C call (``plb_pb_wait_drain``; lock held); the wait's result."""
-        return _wait_drain_into(self, waiter, timeout_ms, self._pb)
+    @one_caller(int)
+    def poll(self, timeout_ms: int = -1) -> int:
+        """Wait up to ``timeout_ms`` (-1: forever) for samples, deliver them, return how many records
+        were handled (lost-sample notices included).
+
+        The wait watches every ring's perf event fd; after any wakeup every
+        CPU's ring is drained (``plb_pb_wait_drain``). Another thread's
+        poll/consume/read_batch on this reader is waited for (within the
+        timeout). Returns 0 on timeout; raises ClosedError if closed (also when
+        closed by another thread during the wait) and whatever a callback
+        raised. A wakeup that drained one sample calls the callback straight
+        from here (no Batch).
+        """
+        got = self._fill_one(timeout_ms)
+        if type(got) is tuple:
+            self._callback(got[0], memoryview(got[1]))
+            return 1
+        return self._deliver() if got else 0
 
     def _deliver_uniform(self, batch: Batch, first: int, n: int, stride: int) -> None:
         """Samples ``first..n-1`` of one size at one stride: cached slices (see RingBuffer._deliver_uniform)."""
@@ -232,6 +256,7 @@ class PerfBuffer(BatchReader):
 
     def _release(self) -> None:
         self._pb = None
+        self._drain_args = ()  # it holds the perf_buffer too
         self._pending = None
 
 
@@ -260,6 +285,8 @@ class PerfReader(RecordReader):
     """
 
     _what = "PerfReader"
+    _drain_what = "perf_buffer__consume"
+    _tagged = True  # a record's CPU
 
     def __init__(self, map: Map, per_cpu_buffer: int = 4096, watermark: int = 0,
                  wakeup_events: int | None = None) -> None:
@@ -282,6 +309,9 @@ class PerfReader(RecordReader):
         self._pause_lock = threading.Lock()
         self._drained = ffi.new("int *")
         self._rings = PerfRings(map, "PerfReader", pages, attr, _shim.PERF_EVENT_COLLECT, self._batch)
+        # What wait_drain calls: plb_pb_wait_drain, as PerfBuffer does (which says why every ring).
+        self._drain_c = _shim.plb_pb_wait_drain
+        self._drain_args: tuple[Any, ...] = (self._rings.pb, self._batch, self._drained)
         try:
             # The rings' own fds, not libbpf's epoll fd (a nested set costs a wake-up hop; see PerfBuffer).
             self._waiter = Waiter(self._rings.fds, "PerfReader")
@@ -396,12 +426,13 @@ class PerfReader(RecordReader):
 
     def _wait_drain(self, waiter: CData, timeout_ms: int) -> int:
         """Wait (up to ``timeout_ms``, 0: none), then copy every ring's records into the batch, in one
-        C call (libbpf reads them, our C callback copies; lock held); the wait's result."""
-        return _wait_drain_into(self, waiter, timeout_ms, self._rings.pb)
+        C call (libbpf reads them, our C callback copies; lock held; :func:`wait_drain`); the wait's result."""
+        return wait_drain(self, waiter, timeout_ms)
 
     def _release(self) -> None:
         with self._pause_lock:
             self._rings.close()
+            self._drain_args = ()
             self._pending = None
 
 
@@ -409,29 +440,3 @@ def _ring_fds(pb: CData) -> list[int]:
     """The perf event fd of each of ``pb``'s rings: what a wait watches instead of libbpf's epoll fd."""
     return [_libbpf.perf_buffer__buffer_fd(pb, i, f"perf_buffer__buffer_fd({i})")
             for i in range(_libbpf.perf_buffer__buffer_cnt(pb))]
-
-
-def _wait_drain_into(reader: PerfBuffer | PerfReader, waiter: CData, timeout_ms: int, pb: CData) -> int:
-    """``plb_pb_wait_drain`` into ``reader._batch``; what it consumed becomes ``reader._pending``.
-
-    The waiter watches every ring's perf event fd. A perf event fd reports each
-    wake-up to one poll only (the kernel's perf_poll exchanges the ring's poll
-    state with 0), and a ring written while a drain runs may have its wake-up
-    pending with nothing left to read: a wake-up says "a ring was written", not
-    which rings hold data. So the C call drains every ring after any wake-up:
-    a sample whose wake-up another poll took is read by the next drain, whichever
-    ring's wake-up (or a call without a wait) starts it.
-    """
-    batch = reader._batch
-    drained = reader._drained
-    try:
-        ret = _shim.plb_pb_wait_drain(waiter, timeout_ms, pb, batch, drained)
-        if ret > 0 and (drained[0] < 0 or batch.err):
-            _libbpf.check_collected(batch, drained[0], "perf_buffer__consume")
-    finally:
-        # Samples the C call consumed from the kernel reach _pending even when the drain failed
-        # after them, or when an exception (a signal's KeyboardInterrupt) surfaces the moment the
-        # call returns. The call resets the batch first: it holds this call's samples only.
-        if batch.n:
-            reader._pending = Batch(batch, with_tags=True)
-    return ret

@@ -34,9 +34,6 @@ from .maps import Map
 
 CData = Any
 
-#: plb_rb_wait_drain's "ready, but look at the drain's result" (read once, not per wakeup).
-_DRAIN_CHECK: int = lib.PLB_DRAIN_CHECK
-
 #: The int a callback returns to go on (compared by identity, as the loops in _deliver do).
 _ZERO = 0
 
@@ -80,6 +77,8 @@ class RingBuffer(BatchReader):
         self._pending: Batch | None = None
         self._mapped: list[RingBufMaps] = []  # read_into's own mappings of the rings, made on first use
         self._drained = ffi.new("int *")
+        self._drain_c = _shim.plb_rb_wait_drain
+        self._drain_what = "ring_buffer__consume_n"
         rb = _libbpf.ring_buffer__new(map.fd, self._ctxs[0], f"ring_buffer__new({map.name})")
         try:
             # The maps' own fds, not libbpf's epoll fd: an epoll set inside ours would add a
@@ -89,6 +88,7 @@ class RingBuffer(BatchReader):
             _libbpf.ring_buffer__free(rb)
             raise
         self._rb = rb
+        self._drain_args = (rb, self._batch, self._max_batch, self._drained)
 
     def add(self, map: Map, callback: Callback) -> None:
         """Read one more ring buffer map through the same poll; its records go to ``callback``."""
@@ -132,67 +132,6 @@ class RingBuffer(BatchReader):
         async for batch, i in self._records():
             yield batch[i]
 
-    def _fill(self, timeout_ms: int) -> bool:
-        """Wait and drain into ``_pending`` (unless records are pending); False on timeout."""
-        got = self._fill_one(timeout_ms)
-        if type(got) is bytes:
-            self._pending = Batch.one(got)
-            return True
-        return bool(got)
-
-    def _fill_one(self, timeout_ms: int) -> bool | bytes:
-        """Wait and drain in one C call (unless records are pending): False on timeout, True when
-        the records are in ``_pending``, or the record itself (``bytes``) when the drain took
-        exactly one record from one ring: the latency case, handed to the caller without a Batch.
-
-        ``timeout_ms`` was checked by poll/read_batch. The wait watches the maps'
-        fds and the close eventfd; once one is ready, the same C call drains.
-        This runs between a wakeup and the first record reaching Python, on a
-        CPU just out of idle whose caches hold little of the interpreter: every
-        frame, object and attribute read counts here (see docs/benchmarks.md,
-        "latency: where the time went"), so the usual case (one record, records,
-        or a timeout) returns straight from here; a signal, a close or an error
-        go through the waiter's slow path. A record the C call consumed reaches
-        the caller or ``_pending`` whatever happens (an exception surfacing the
-        moment the call returns makes it pending).
-        """
-        self._check_open()
-        if self._pending is not None:
-            return True
-        with self._lock:
-            self._check_open()
-            waiter = self._waiter
-            if waiter is None:
-                raise ClosedError(self._what)
-            # Only a signal's retry needs the start, but it must be read before the wait.
-            start = time.monotonic() if timeout_ms > 0 else 0.0
-            batch = self._batch
-            # _wait_drain inlined (one frame less on the way back from the wakeup).
-            one = None
-            try:
-                ret: int = _shim.plb_rb_wait_drain(waiter.ptr, timeout_ms, self._rb, batch, self._max_batch,
-                                                   self._drained)
-                n = batch.n
-                if n == 1 and ret == 1 and not self._tagged:
-                    # The record starts at offset 0 of the drain's buffer (plb_batch_append).
-                    one = ffi.buffer(batch.buf, batch.len[0])[:]
-                    return one  # type: ignore[no-any-return]  # bytes: cffi is untyped
-                if n:
-                    self._pending = Batch(batch, with_tags=self._tagged)
-            except BaseException:
-                # As in _wait_drain: the records the call took reach _pending whatever happens next.
-                if one is None and self._pending is None and batch.n:
-                    self._pending = Batch(batch, with_tags=self._tagged)
-                raise
-            if ret == 1:
-                return True
-            if ret == 0:
-                return False
-            if ret == _DRAIN_CHECK:
-                _libbpf.check_collected(batch, self._drained[0], "ring_buffer__consume_n")
-                return True
-            return waiter.after(ret, timeout_ms, start, self._what, self._wait_drain)
-
     @one_caller(int)
     def poll(self, timeout_ms: int = -1) -> int:
         """Wait up to ``timeout_ms`` (-1: forever) for records, deliver them, return how many.
@@ -203,40 +142,13 @@ class RingBuffer(BatchReader):
         that drained one record calls the callback straight from here (no Batch).
         """
         got = self._fill_one(timeout_ms)
-        if type(got) is bytes:
-            callback = self._callbacks[0]
-            ret = callback(memoryview(got))
+        if type(got) is tuple:
+            callback = self._callbacks[got[0]]
+            ret = callback(memoryview(got[1]))
             if ret is not None and ret is not _ZERO:
                 _stops(ret, callback)  # the type check; one record: stopped or not, the call is done
             return 1
         return self._deliver() if got else 0
-
-    @one_caller(Batch.empty)
-    def _read_batch_ms(self, timeout_ms: int) -> Batch:
-        got = self._fill_one(timeout_ms)
-        if type(got) is bytes:
-            return Batch.one(got)
-        if not got:
-            return Batch.empty()
-        return self._take_pending()
-
-    def _wait_drain(self, waiter: CData, timeout_ms: int) -> int:
-        """The wait (up to ``timeout_ms``, 0: none) and the drain of up to max_batch records (or about
-        DEFAULT_BATCH_BYTES) in one C call, ``plb_rb_wait_drain`` (lock held); the wait's result."""
-        batch = self._batch
-        try:
-            ret: int = _shim.plb_rb_wait_drain(waiter, timeout_ms, self._rb, batch, self._max_batch,
-                                               self._drained)
-            if ret == _DRAIN_CHECK:
-                _libbpf.check_collected(batch, self._drained[0], "ring_buffer__consume_n")
-                ret = 1
-        finally:
-            # Records the C call consumed from the kernel reach _pending even when the drain failed
-            # after them, or when an exception (a signal's KeyboardInterrupt) surfaces the moment the
-            # call returns. The call resets the batch first: it holds this call's records only.
-            if batch.n:
-                self._pending = Batch(batch, with_tags=self._tagged)
-        return ret
 
     def _deliver_uniform(self, batch: Batch, first: int, n: int, stride: int) -> None:
         """Records ``first..n-1`` of equal size at one stride: cached slices, one chunk view at a time.
@@ -310,6 +222,7 @@ class RingBuffer(BatchReader):
     def _release(self) -> None:
         _libbpf.ring_buffer__free(self._rb)
         self._rb = ffi.NULL
+        self._drain_args = ()
         self._pending = None
         for maps in self._mapped:
             maps.close()

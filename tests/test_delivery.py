@@ -197,11 +197,10 @@ def _interrupt_after(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) ->
 @pytest.mark.parametrize("kind", ["ring", "perf"])
 def test_records_drained_when_an_interrupt_surfaces_are_delivered_once(
         rb_obj: BPFObject, perf_obj: BPFObject, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
-    from pylibbpf import _shim
-
     reader, seq_of = _ring(rb_obj) if kind == "ring" else _perf(perf_obj)
     with reader:
-        fired = _interrupt_after(monkeypatch, _shim, "plb_rb_wait_drain" if kind == "ring" else "plb_pb_wait_drain")
+        # The reader's wait-and-drain C call (_shim.plb_rb_wait_drain / plb_pb_wait_drain), as it makes it.
+        fired = _interrupt_after(monkeypatch, reader, "_drain_c")
         with pytest.raises(KeyboardInterrupt):
             reader.read_batch(timeout=0)
         assert fired == [1]
@@ -212,3 +211,30 @@ def test_records_drained_when_an_interrupt_surfaces_are_delivered_once(
                 break
             got.extend(seq_of(item if kind == "ring" else (0, item)) for item in batch)
     assert got == list(range(RECORDS))   # none lost to the interrupt, none twice
+
+
+@pytest.mark.parametrize("kind", ["ring", "perf"])
+@pytest.mark.parametrize("how", ["poll", "read_batch"])
+def test_one_record_drained_when_an_interrupt_surfaces_is_delivered_once(
+        rb_obj: BPFObject, perf_obj: BPFObject, monkeypatch: pytest.MonkeyPatch, kind: str, how: str) -> None:
+    """The one-record path (no Batch made): an interrupt the moment the C call returns leaves the
+    record pending, and the next call delivers it."""
+    got: list[int] = []
+    if kind == "ring":
+        reader: Any = RingBuffer(rb_obj.maps["rb"], lambda d: got.append(rb_event(d)[0]))
+        emit_ring(rb_obj.programs["emit"], 1, first_seq=11)
+    else:
+        reader = PerfBuffer(perf_obj.maps["events"], lambda cpu, d: got.append(struct.unpack_from("<Q", d)[0]))
+        emit_perf(perf_obj.programs["emit_perf"], 1, cpu=0, first_seq=11)
+    with reader:
+        fired = _interrupt_after(monkeypatch, reader, "_drain_c")
+        with pytest.raises(KeyboardInterrupt):
+            reader.poll(1000) if how == "poll" else reader.read_batch(1.0)
+        assert fired == [1] and got == []
+        if how == "poll":
+            assert reader.poll(0) == 1
+        else:
+            batch = reader.read_batch(0)
+            got.extend(rb_event(v)[0] if kind == "ring" else struct.unpack_from("<Q", v)[0] for v in batch)
+        assert reader.poll(0) == 0
+    assert got == [11]

@@ -99,6 +99,98 @@ def test_callback_exception_reaches_the_caller_and_the_rest_follows(obj: BPFObje
     assert seen == list(range(6))
 
 
+# -- one sample per wakeup: the latency path, handed over without a Batch ---------------------------
+
+def _sample(data: bytes | memoryview) -> tuple[int, int, int]:
+    """(seq, value, cpu) of a perf_sample."""
+    seq, value, cpu, _ = PERF_SAMPLE.unpack_from(data)
+    return seq, value, cpu
+
+
+def test_one_sample_per_drain_keeps_the_callback_contract(obj: BPFObject) -> None:
+    kept: list[tuple[int, memoryview]] = []
+    cpus = online_cpus()
+    with PerfBuffer(obj.maps["events"], lambda cpu, d: kept.append((cpu, d))) as pb:
+        for seq in range(4):
+            cpu = cpus[seq % len(cpus)]
+            emit_perf(obj.programs["emit_perf"], 1, cpu=cpu, first_seq=seq, value=3 * seq)
+            assert pb.poll(1000) == 1
+            assert pb.consume() == 0
+    # The views outlive their callbacks and the buffer; 24 bytes + the kernel's padding (to 8 with the size).
+    assert all(isinstance(v, memoryview) and v.readonly and len(v) == 28 for _, v in kept)
+    assert [(cpu, _sample(v)) for cpu, v in kept] == [
+        (cpus[s % len(cpus)], (s, 3 * s, cpus[s % len(cpus)])) for s in range(4)]
+
+
+def test_one_sample_whose_callback_raises_is_delivered_once(obj: BPFObject) -> None:
+    seen: list[int] = []
+
+    def callback(cpu: int, data: memoryview) -> None:
+        seen.append(_sample(data)[0])
+        raise RuntimeError("boom")
+
+    with PerfBuffer(obj.maps["events"], callback) as pb:
+        emit_perf(obj.programs["emit_perf"], 1, cpu=0, first_seq=7)
+        with pytest.raises(RuntimeError, match="boom"):
+            pb.poll(1000)
+        assert pb.consume() == 0
+    assert seen == [7]
+
+
+@pytest.mark.parametrize("ret", [True, "stop", 1.5, -1])
+def test_callback_return_values_are_ignored_one_sample_or_many(obj: BPFObject, ret: object) -> None:
+    """PerfBuffer's contract (unlike RingBuffer's): a callback's return value is ignored, neither a
+    stop nor a TypeError, on the one-sample path as on the batch path."""
+    seen: list[int] = []
+
+    def callback(cpu: int, data: memoryview) -> object:
+        seen.append(_sample(data)[0])
+        return ret
+
+    with PerfBuffer(obj.maps["events"], callback) as pb:
+        emit_perf(obj.programs["emit_perf"], 1, cpu=0, first_seq=0)
+        assert pb.poll(1000) == 1
+        emit_perf(obj.programs["emit_perf"], 3, cpu=0, first_seq=1)
+        assert pb.poll(1000) == 3
+        emit_perf(obj.programs["emit_perf"], 1, cpu=0, first_seq=4)
+        assert pb.poll(1000) == 1
+    assert seen == [0, 1, 2, 3, 4]
+
+
+def test_read_batch_of_one_sample(obj: BPFObject) -> None:
+    cpu = online_cpus()[-1]
+    with PerfBuffer(obj.maps["events"], lambda cpu, d: None) as pb:
+        emit_perf(obj.programs["emit_perf"], 1, cpu=cpu, first_seq=42, value=9)
+        batch = pb.read_batch(1.0)
+        assert len(batch) == 1 and list(batch.tags) == [cpu] and list(batch.lost) == [0]
+        assert batch[0].readonly and len(batch[0]) == 28
+        assert _sample(batch[0]) == (42, 9, cpu)
+        assert [_sample(v) for v in batch] == [(42, 9, cpu)]
+        assert len(pb.read_batch(0)) == 0
+
+
+@pytest.mark.parametrize("how", ["poll", "read_batch"])
+def test_a_lost_notice_with_one_sample_reaches_the_lost_callback(obj: BPFObject, how: str) -> None:
+    """A drain of a notice and a sample is not the one-sample case: both are handled, by poll or read_batch."""
+    lost: list[tuple[int, int]] = []
+    got: list[tuple[int, int]] = []
+    with PerfBuffer(obj.maps["events"], lambda cpu, d: got.append((cpu, _sample(d)[0])),
+                    lost_callback=lambda cpu, n: lost.append((cpu, n)), page_cnt=1) as pb:
+        emit_perf(obj.programs["emit_perf"], 1000, cpu=0, extra=64)
+        pb.consume()
+        got.clear()
+        # The kernel writes the PERF_RECORD_LOST notice with the next sample that fits.
+        emit_perf(obj.programs["emit_perf"], 1, cpu=0, first_seq=5000)
+        if how == "poll":
+            assert pb.poll(1000) == 2
+        else:
+            batch = pb.read_batch(1.0)
+            got.extend((c, _sample(v)[0]) for c, v in zip(batch.tags, batch, strict=True))
+        assert got == [(0, 5000)]
+        assert len(lost) == 1 and lost[0][0] == 0 and lost[0][1] > 0
+        assert pb.lost_samples == lost[0][1]
+
+
 def test_close_wakes_a_blocked_poll(obj: BPFObject) -> None:
     pb = PerfBuffer(obj.maps["events"], lambda cpu, d: None)
     errors: list[BaseException] = []
