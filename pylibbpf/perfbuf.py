@@ -2,7 +2,8 @@
 
 :class:`PerfBuffer` is libbpf's per-CPU reader: samples are drained in C into a
 batch and delivered to ``callback(cpu, data)`` in a Python loop (cached slices
-for a batch of equal-size samples, ``_views``); lost-sample
+for a batch of equal-size samples, ``_views``; a wakeup's one sample goes to
+the callback without a batch); lost-sample
 notices go to ``lost_callback(cpu, count)`` and are always counted in
 ``lost_samples``.
 
