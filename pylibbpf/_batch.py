@@ -563,12 +563,23 @@ class BatchReader(Closable, _into.HandsBackOdd):
 
     @one_caller(Batch.empty)
     def _read_batch_ms(self, timeout_ms: int) -> Batch:
-        got = self._fill_one(timeout_ms)
-        if type(got) is tuple:
-            return Batch.one(got[1], got[0])
+        got: Any = False
+        try:
+            got = self._fill_one(timeout_ms)
+            if type(got) is tuple:
+                return Batch.one(got[1], got[0])
+        except BaseException:
+            self._pend_one(got)
+            raise
         if not got:
             return Batch.empty()
         return self._take_pending()
+
+    def _pend_one(self, got: Any) -> None:
+        """An exception met a record :meth:`_fill_one` handed over (``got``, a tuple) before its
+        callback was called or its batch made: the record becomes pending, for the next call."""
+        if type(got) is tuple:
+            self._pending = Batch.one(got[1], got[0])
 
     def _take_pending(self) -> Batch:
         """The pending records as the batch read_batch returns (empty when none are pending)."""

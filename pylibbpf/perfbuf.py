@@ -204,10 +204,17 @@ class PerfBuffer(BatchReader):
         raised. A wakeup that drained one sample calls the callback straight
         from here (no Batch).
         """
-        got = self._fill_one(timeout_ms)
-        if type(got) is tuple:
-            self._callback(got[0], memoryview(got[1]))
-            return 1
+        got: Any = False
+        try:
+            got = self._fill_one(timeout_ms)
+            if type(got) is tuple:
+                callback, cpu, view = self._callback, got[0], memoryview(got[1])
+                got = True  # handed over: from the callback's call on, the sample counts as delivered
+                callback(cpu, view)
+                return 1
+        except BaseException:
+            self._pend_one(got)
+            raise
         return self._deliver() if got else 0
 
     def _deliver_uniform(self, batch: Batch, first: int, n: int, stride: int) -> None:

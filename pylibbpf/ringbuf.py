@@ -141,13 +141,19 @@ class RingBuffer(BatchReader):
         another thread during the wait) and whatever a callback raised. A wakeup
         that drained one record calls the callback straight from here (no Batch).
         """
-        got = self._fill_one(timeout_ms)
-        if type(got) is tuple:
-            callback = self._callbacks[got[0]]
-            ret = callback(memoryview(got[1]))
-            if ret is not None and ret is not _ZERO:
-                _stops(ret, callback)  # the type check; one record: stopped or not, the call is done
-            return 1
+        got: Any = False
+        try:
+            got = self._fill_one(timeout_ms)
+            if type(got) is tuple:
+                callback, view = self._callbacks[got[0]], memoryview(got[1])
+                got = True  # handed over: from its callback's call on, the record counts as delivered
+                ret = callback(view)
+                if ret is not None and ret is not _ZERO:
+                    _stops(ret, callback)  # the type check; one record: stopped or not, the call is done
+                return 1
+        except BaseException:
+            self._pend_one(got)
+            raise
         return self._deliver() if got else 0
 
     def _deliver_uniform(self, batch: Batch, first: int, n: int, stride: int) -> None:

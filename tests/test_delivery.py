@@ -238,3 +238,50 @@ def test_one_record_drained_when_an_interrupt_surfaces_is_delivered_once(
             got.extend(rb_event(v)[0] if kind == "ring" else struct.unpack_from("<Q", v)[0] for v in batch)
         assert reader.poll(0) == 0
     assert got == [11]
+
+
+@pytest.mark.parametrize("kind", ["ring", "perf"])
+@pytest.mark.parametrize("how", ["poll", "read_batch"])
+def test_one_record_interrupted_after_the_hand_over_is_delivered_once(
+        rb_obj: BPFObject, perf_obj: BPFObject, monkeypatch: pytest.MonkeyPatch, kind: str, how: str) -> None:
+    """The one-record path: an interrupt after the record left the drain's call but before its
+    callback ran (or its batch was made) leaves it pending; the next call delivers it."""
+    import pylibbpf._batch
+    import pylibbpf.perfbuf
+    import pylibbpf.ringbuf
+
+    got: list[int] = []
+    if kind == "ring":
+        reader: Any = RingBuffer(rb_obj.maps["rb"], lambda d: got.append(rb_event(d)[0]))
+        emit_ring(rb_obj.programs["emit"], 1, first_seq=21)
+    else:
+        reader = PerfBuffer(perf_obj.maps["events"], lambda cpu, d: got.append(struct.unpack_from("<Q", d)[0]))
+        emit_perf(perf_obj.programs["emit_perf"], 1, cpu=0, first_seq=21)
+    fired: list[int] = []
+
+    def interrupt_once(real: Callable[..., Any]) -> Callable[..., Any]:
+        def step(*args: Any) -> Any:
+            if not fired:
+                fired.append(1)
+                raise KeyboardInterrupt
+            return real(*args)
+        return step
+
+    with reader:
+        if how == "poll":  # the view made for the callback: the step between the hand-over and the call
+            module = pylibbpf.ringbuf if kind == "ring" else pylibbpf.perfbuf
+            monkeypatch.setattr(module, "memoryview", interrupt_once(memoryview), raising=False)
+        else:              # the batch of one made for read_batch
+            monkeypatch.setattr(pylibbpf._batch.Batch, "one", classmethod(interrupt_once(
+                pylibbpf._batch.Batch.one.__func__)))  # type: ignore[attr-defined]
+        with pytest.raises(KeyboardInterrupt):
+            reader.poll(1000) if how == "poll" else reader.read_batch(1.0)
+        assert fired == [1] and got == []
+        monkeypatch.undo()
+        if how == "poll":
+            assert reader.poll(0) == 1
+        else:
+            batch = reader.read_batch(0)
+            got.extend(rb_event(v)[0] if kind == "ring" else struct.unpack_from("<Q", v)[0] for v in batch)
+        assert reader.poll(0) == 0
+    assert got == [21]
