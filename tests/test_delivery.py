@@ -213,6 +213,28 @@ def test_records_drained_when_an_interrupt_surfaces_are_delivered_once(
     assert got == list(range(RECORDS))   # none lost to the interrupt, none twice
 
 
+def _one_record_reader(kind: str, rb_obj: BPFObject, perf_obj: BPFObject, seq: int, got: list[int]) -> Any:
+    """A RingBuffer or PerfBuffer whose callback appends each seq to ``got``, with one record ``seq`` written."""
+    reader: Any
+    if kind == "ring":
+        reader = RingBuffer(rb_obj.maps["rb"], lambda d: got.append(rb_event(d)[0]))
+        emit_ring(rb_obj.programs["emit"], 1, first_seq=seq)
+    else:  # a perf ring exists only once the reader opened it: the sample comes after
+        reader = PerfBuffer(perf_obj.maps["events"], lambda cpu, d: got.append(struct.unpack_from("<Q", d)[0]))
+        emit_perf(perf_obj.programs["emit_perf"], 1, cpu=0, first_seq=seq)
+    return reader
+
+
+def _deliver_the_rest(reader: Any, kind: str, how: str, got: list[int]) -> None:
+    """After the interrupted call: the next poll (or read_batch) delivers the one record, then nothing."""
+    if how == "poll":
+        assert reader.poll(0) == 1
+    else:
+        batch = reader.read_batch(0)
+        got.extend(rb_event(v)[0] if kind == "ring" else struct.unpack_from("<Q", v)[0] for v in batch)
+    assert reader.poll(0) == 0
+
+
 @pytest.mark.parametrize("kind", ["ring", "perf"])
 @pytest.mark.parametrize("how", ["poll", "read_batch"])
 def test_one_record_drained_when_an_interrupt_surfaces_is_delivered_once(
@@ -220,23 +242,12 @@ def test_one_record_drained_when_an_interrupt_surfaces_is_delivered_once(
     """The one-record path (no Batch made): an interrupt the moment the C call returns leaves the
     record pending, and the next call delivers it."""
     got: list[int] = []
-    if kind == "ring":
-        reader: Any = RingBuffer(rb_obj.maps["rb"], lambda d: got.append(rb_event(d)[0]))
-        emit_ring(rb_obj.programs["emit"], 1, first_seq=11)
-    else:
-        reader = PerfBuffer(perf_obj.maps["events"], lambda cpu, d: got.append(struct.unpack_from("<Q", d)[0]))
-        emit_perf(perf_obj.programs["emit_perf"], 1, cpu=0, first_seq=11)
-    with reader:
+    with _one_record_reader(kind, rb_obj, perf_obj, 11, got) as reader:
         fired = _interrupt_after(monkeypatch, reader, "_drain_c")
         with pytest.raises(KeyboardInterrupt):
             reader.poll(1000) if how == "poll" else reader.read_batch(1.0)
         assert fired == [1] and got == []
-        if how == "poll":
-            assert reader.poll(0) == 1
-        else:
-            batch = reader.read_batch(0)
-            got.extend(rb_event(v)[0] if kind == "ring" else struct.unpack_from("<Q", v)[0] for v in batch)
-        assert reader.poll(0) == 0
+        _deliver_the_rest(reader, kind, how, got)
     assert got == [11]
 
 
@@ -250,13 +261,6 @@ def test_one_record_interrupted_after_the_hand_over_is_delivered_once(
     import pylibbpf.perfbuf
     import pylibbpf.ringbuf
 
-    got: list[int] = []
-    if kind == "ring":
-        reader: Any = RingBuffer(rb_obj.maps["rb"], lambda d: got.append(rb_event(d)[0]))
-        emit_ring(rb_obj.programs["emit"], 1, first_seq=21)
-    else:
-        reader = PerfBuffer(perf_obj.maps["events"], lambda cpu, d: got.append(struct.unpack_from("<Q", d)[0]))
-        emit_perf(perf_obj.programs["emit_perf"], 1, cpu=0, first_seq=21)
     fired: list[int] = []
 
     def interrupt_once(real: Callable[..., Any]) -> Callable[..., Any]:
@@ -267,7 +271,8 @@ def test_one_record_interrupted_after_the_hand_over_is_delivered_once(
             return real(*args)
         return step
 
-    with reader:
+    got: list[int] = []
+    with _one_record_reader(kind, rb_obj, perf_obj, 21, got) as reader:
         if how == "poll":  # the view made for the callback: the step between the hand-over and the call
             module = pylibbpf.ringbuf if kind == "ring" else pylibbpf.perfbuf
             monkeypatch.setattr(module, "memoryview", interrupt_once(memoryview), raising=False)
@@ -278,10 +283,5 @@ def test_one_record_interrupted_after_the_hand_over_is_delivered_once(
             reader.poll(1000) if how == "poll" else reader.read_batch(1.0)
         assert fired == [1] and got == []
         monkeypatch.undo()
-        if how == "poll":
-            assert reader.poll(0) == 1
-        else:
-            batch = reader.read_batch(0)
-            got.extend(rb_event(v)[0] if kind == "ring" else struct.unpack_from("<Q", v)[0] for v in batch)
-        assert reader.poll(0) == 0
+        _deliver_the_rest(reader, kind, how, got)
     assert got == [21]
