@@ -414,16 +414,11 @@ class OrderedBatch(Batch):
         return self._arrow(event_def, "OrderedBatch.to_arrow", extra)
 
 
-class BatchReader(Closable, _into.HandsBackOdd):
-    """poll/consume/read_batch over a C drain: the protocol RingBuffer and PerfBuffer share.
+class CDrain:
+    """A reader whose records come from one wait-and-drain C call (csrc/plb_wait.h) into a C batch.
 
-    Subclasses set the drain (the attributes below; see :func:`wait_drain`)
-    and implement ``_deliver_uniform``/``_deliver_each`` (call the callbacks for
-    ``self._pending``; no lock held, so a callback may close the reader) and
-    ``poll``, whose one-record case calls the callback itself (see :meth:`_fill_one`).
-    Records a callback stop left undelivered are delivered first by the next
-    call, without waiting. ``poll``/``consume``/``read_batch`` from several
-    threads take turns (:class:`OneCaller`): every record reaches one of them, once.
+    Subclasses set the attributes below in their constructor; :meth:`_wait_drain`
+    is the call with its bookkeeping (RingBuffer, PerfBuffer, PerfReader).
     """
 
     _pending: Batch | None = None
@@ -437,6 +432,42 @@ class BatchReader(Closable, _into.HandsBackOdd):
     _drain_what = ""
     #: Whether the batches carry each record's tag (a perf sample's CPU, a ring's index).
     _tagged = True
+
+    def _wait_drain(self, waiter: Any, timeout_ms: int) -> int:
+        """Wait up to ``timeout_ms`` (0: no wait) on ``waiter`` and drain, in one C call
+        (``_drain_c``; lock held); what it consumed becomes ``_pending``.
+
+        Returns the wait's result as ``plb_waiter_wait`` does (> 0 ready, for
+        :meth:`_close.Waiter.wait`'s loop and :meth:`_close.Waiter.after`);
+        raises for a failed drain (``_libbpf.check_collected``). Records the call
+        consumed from the kernel reach ``_pending`` even when the drain failed
+        after them, or when an exception (a signal's KeyboardInterrupt) surfaces
+        the moment the call returns. The call resets the batch first: it holds
+        this call's records only.
+        """
+        batch = self._batch
+        try:
+            ret: int = self._drain_c(waiter, timeout_ms, *self._drain_args)
+            if ret == _DRAIN_CHECK:
+                _libbpf.check_collected(batch, self._drained[0], self._drain_what)
+                ret = 1
+        finally:
+            if batch.n:
+                self._pending = Batch(batch, with_tags=self._tagged)
+        return ret
+
+
+class BatchReader(Closable, _into.HandsBackOdd, CDrain):
+    """poll/consume/read_batch over a C drain: the protocol RingBuffer and PerfBuffer share.
+
+    Subclasses set the drain (:class:`CDrain`'s attributes)
+    and implement ``_deliver_uniform``/``_deliver_each`` (call the callbacks for
+    ``self._pending``; no lock held, so a callback may close the reader) and
+    ``poll``, whose one-record case calls the callback itself (see :meth:`_fill_one`).
+    Records a callback stop left undelivered are delivered first by the next
+    call, without waiting. ``poll``/``consume``/``read_batch`` from several
+    threads take turns (:class:`OneCaller`): every record reaches one of them, once.
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -513,7 +544,7 @@ class BatchReader(Closable, _into.HandsBackOdd):
             # Only a signal's retry needs the start, but it must be read before the wait.
             start = time.monotonic() if timeout_ms > 0 else 0.0
             batch = self._batch
-            # wait_drain inlined (one frame less on the way back from the wakeup).
+            # _wait_drain inlined (one frame less on the way back from the wakeup).
             one = None
             try:
                 ret: int = self._drain_c(waiter.ptr, timeout_ms, *self._drain_args)
@@ -524,7 +555,7 @@ class BatchReader(Closable, _into.HandsBackOdd):
                 if batch.n:
                     self._pending = Batch(batch, with_tags=self._tagged)
             except BaseException:
-                # As in wait_drain: the records the call took reach _pending whatever happens next.
+                # As in _wait_drain: the records the call took reach _pending whatever happens next.
                 if one is None and self._pending is None and batch.n:
                     self._pending = Batch(batch, with_tags=self._tagged)
                 raise
@@ -692,10 +723,6 @@ class BatchReader(Closable, _into.HandsBackOdd):
                     self._pending = None
                 yield batch, i
 
-    def _wait_drain(self, waiter: Any, timeout_ms: int) -> int:
-        """:func:`wait_drain` (lock held): the slow path's call, for :meth:`_close.Waiter.after`."""
-        return wait_drain(self, waiter, timeout_ms)
-
     def _deliver(self) -> int:
         """Call the callbacks for ``self._pending``, in order; returns how many records were handled.
 
@@ -731,29 +758,6 @@ class BatchReader(Closable, _into.HandsBackOdd):
     @abc.abstractmethod
     def _deliver_each(self, batch: Batch, first: int) -> None:
         """Deliver records from ``first`` on, one slice each; set ``batch.next`` however it ends."""
-
-
-def wait_drain(reader: Any, waiter: Any, timeout_ms: int) -> int:
-    """Wait up to ``timeout_ms`` (0: no wait) on ``waiter`` and drain, in one C call
-    (``reader._drain_c``; lock held); what it consumed becomes ``reader._pending``.
-
-    Returns the wait's result as ``plb_waiter_wait`` does (> 0 ready, for
-    :meth:`_close.Waiter.wait`'s loop); raises for a failed drain
-    (``_libbpf.check_collected``). Records the call consumed from the kernel
-    reach ``_pending`` even when the drain failed after them, or when an
-    exception (a signal's KeyboardInterrupt) surfaces the moment the call
-    returns. The call resets the batch first: it holds this call's records only.
-    """
-    batch = reader._batch
-    try:
-        ret: int = reader._drain_c(waiter, timeout_ms, *reader._drain_args)
-        if ret == _DRAIN_CHECK:
-            _libbpf.check_collected(batch, reader._drained[0], reader._drain_what)
-            ret = 1
-    finally:
-        if batch.n:
-            reader._pending = Batch(batch, with_tags=reader._tagged)
-    return ret
 
 
 class RecordReader(Closable):

@@ -23,7 +23,7 @@ from itertools import islice
 from typing import Any
 
 from . import _check, _close, _into, _libbpf, _shim
-from ._batch import Batch, BatchReader, Record, RecordReader, any_nonzero, wait_drain
+from ._batch import Batch, BatchReader, CDrain, Record, RecordReader, any_nonzero
 from ._close import Callback, Waiter, current_pid, one_caller
 from ._ffi import ffi, lib
 from ._rings import (
@@ -271,7 +271,7 @@ class PerfBuffer(BatchReader):
 # --- PerfReader, OrderedReader -----------------------------------------------------------------
 
 
-class PerfReader(RecordReader):
+class PerfReader(RecordReader, CDrain):
     """Read a perf event array one record at a time, cilium/ebpf style.
 
     ``per_cpu_buffer`` is the size in bytes of each CPU's ring, rounded up to
@@ -317,7 +317,7 @@ class PerfReader(RecordReader):
         self._pause_lock = threading.Lock()
         self._drained = ffi.new("int *")
         self._rings = PerfRings(map, "PerfReader", pages, attr, _shim.PERF_EVENT_COLLECT, self._batch)
-        # What wait_drain calls: plb_pb_wait_drain, as PerfBuffer does (which says why every ring).
+        # What _wait_drain calls: plb_pb_wait_drain, as PerfBuffer does (which says why every ring).
         self._drain_c = _shim.plb_pb_wait_drain
         self._drain_args: tuple[Any, ...] = (self._rings.pb, self._batch, self._drained)
         try:
@@ -431,11 +431,6 @@ class PerfReader(RecordReader):
             batch.next = i + 1
             if batch.next >= len(batch.starts):
                 self._pending = None
-
-    def _wait_drain(self, waiter: CData, timeout_ms: int) -> int:
-        """Wait (up to ``timeout_ms``, 0: none), then copy every ring's records into the batch, in one
-        C call (libbpf reads them, our C callback copies; lock held; :func:`wait_drain`); the wait's result."""
-        return wait_drain(self, waiter, timeout_ms)
 
     def _release(self) -> None:
         with self._pause_lock:
