@@ -545,18 +545,17 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
             start = time.monotonic() if timeout_ms > 0 else 0.0
             batch = self._batch
             # _wait_drain inlined (one frame less on the way back from the wakeup).
-            one = None
             try:
                 ret: int = self._drain_c(waiter.ptr, timeout_ms, *self._drain_args)
                 if ret == _DRAIN_ONE:
                     # The record starts at offset 0 of the drain's buffer (plb_batch_append).
-                    one = (batch.tag[0], ffi.buffer(batch.buf, batch.len[0])[:])
-                    return one
+                    return (batch.tag[0], ffi.buffer(batch.buf, batch.len[0])[:])
                 if batch.n:
                     self._pending = Batch(batch, with_tags=self._tagged)
             except BaseException:
-                # As in _wait_drain: the records the call took reach _pending whatever happens next.
-                if one is None and self._pending is None and batch.n:
+                # As in _wait_drain: the records the call took reach _pending whatever happens next
+                # (a record returned above is the caller's: nothing after the return raises here).
+                if self._pending is None and batch.n:
                     self._pending = Batch(batch, with_tags=self._tagged)
                 raise
             if ret == 1:

@@ -368,6 +368,12 @@ def free_perf_buffer(pb: CData, map_fd: int, owner_pid: int) -> None:
     os.close(map_fd)
 
 
+def perf_ring_fds(pb: Any, count: int) -> list[int]:
+    """The perf event fd of each of ``pb``'s ``count`` rings (``struct perf_buffer *``): what a
+    reader's wait watches instead of libbpf's epoll fd (a nested set costs a wake-up hop)."""
+    return [_libbpf.perf_buffer__buffer_fd(pb, i, f"perf_buffer__buffer_fd({i})") for i in range(count)]
+
+
 class PerfRings:
     """A perf_buffer over a dup of a perf event array's fd, one ring per CPU in ``cpus``.
 
@@ -398,7 +404,7 @@ class PerfRings:
             count = _libbpf.perf_buffer__buffer_cnt(pb)
             if count != n:
                 raise BPFError(errno.EINVAL, f"perf_buffer has {count} rings for {n} CPUs", who)
-            self.fds = [_libbpf.perf_buffer__buffer_fd(pb, i, f"perf_buffer__buffer_fd({i})") for i in range(n)]
+            self.fds = perf_ring_fds(pb, n)
         except BaseException:
             self.close()
             raise

@@ -32,6 +32,7 @@ from ._rings import (
     address,
     check_page_cnt,
     free_perf_buffer,
+    perf_ring_fds,
     require_map_type,
     ring_cpus,
     ring_range,
@@ -39,8 +40,6 @@ from ._rings import (
 from ._views import Chunks, chunk_slices
 from .errors import ClosedError
 from .maps import Map
-
-CData = Any
 
 
 class PerfBuffer(BatchReader):
@@ -86,7 +85,7 @@ class PerfBuffer(BatchReader):
             raise
         owner = current_pid()
         self._drained = ffi.new("int *")
-        # The wait watches every ring's perf event fd (_ring_fds). A perf event fd reports each
+        # The wait watches every ring's perf event fd (perf_ring_fds). A perf event fd reports each
         # wake-up to one poll only (the kernel's perf_poll exchanges the ring's poll state with 0),
         # and a ring written while a drain runs may have its wake-up pending with nothing left to
         # read: a wake-up says "a ring was written", not which rings hold data. So the drain reads
@@ -95,7 +94,7 @@ class PerfBuffer(BatchReader):
         self._drain_c = _shim.plb_pb_wait_drain
         self._drain_what = "perf_buffer__consume"
         try:
-            self._waiter = Waiter(_ring_fds(pb), "PerfBuffer")
+            self._waiter = Waiter(perf_ring_fds(pb, _libbpf.perf_buffer__buffer_cnt(pb)), "PerfBuffer")
         except BaseException:
             free_perf_buffer(pb, map_fd, owner)
             raise
@@ -204,6 +203,8 @@ class PerfBuffer(BatchReader):
         raised. A wakeup that drained one sample calls the callback straight
         from here (no Batch).
         """
+        # RingBuffer.poll's twin, not shared through a hook: a method call between the hand-over
+        # and the callback would be one more frame on a CPU just out of idle (the latency path).
         got: Any = False
         try:
             got = self._fill_one(timeout_ms)
@@ -437,9 +438,3 @@ class PerfReader(RecordReader, CDrain):
             self._rings.close()
             self._drain_args = ()
             self._pending = None
-
-
-def _ring_fds(pb: CData) -> list[int]:
-    """The perf event fd of each of ``pb``'s rings: what a wait watches instead of libbpf's epoll fd."""
-    return [_libbpf.perf_buffer__buffer_fd(pb, i, f"perf_buffer__buffer_fd({i})")
-            for i in range(_libbpf.perf_buffer__buffer_cnt(pb))]

@@ -111,8 +111,8 @@ def test_pause_makes_writes_fail_with_enoent_and_resume_restores(obj: BPFObject,
         assert counter(obj, 0) == 2
 
 
-def test_close_interrupts_a_blocked_read_and_is_idempotent(obj: BPFObject) -> None:
-    rd = PerfReader(obj.maps["events"])
+def _start_blocked_read(rd: PerfReader) -> tuple[threading.Thread, list[BaseException]]:
+    """A thread running ``rd.read()`` (no timeout); what it raised lands in the list."""
     caught: list[BaseException] = []
 
     def reader() -> None:
@@ -123,6 +123,12 @@ def test_close_interrupts_a_blocked_read_and_is_idempotent(obj: BPFObject) -> No
 
     thread = threading.Thread(target=reader)
     thread.start()
+    return thread, caught
+
+
+def test_close_interrupts_a_blocked_read_and_is_idempotent(obj: BPFObject) -> None:
+    rd = PerfReader(obj.maps["events"])
+    thread, caught = _start_blocked_read(rd)
     time.sleep(0.05)
     rd.close()
     thread.join(60)
@@ -255,16 +261,7 @@ def test_the_wait_watches_the_perf_fds_directly_not_a_nested_epoll_set(obj: BPFO
     # also holds the rings: it would add a wakeup hop and take wakeups, a perf fd reporting each
     # to one poll only), and one set holds a perf event fd per ring.
     rd = PerfReader(obj.maps["events"])
-    caught: list[BaseException] = []
-
-    def reader() -> None:
-        try:
-            rd.read()
-        except BaseException as e:  # the test inspects it
-            caught.append(e)
-
-    thread = threading.Thread(target=reader)
-    thread.start()
+    thread, caught = _start_blocked_read(rd)
     try:
         assert wait_until(lambda: thread.native_id is not None and blocked_in_epoll(thread.native_id))
         sets = epoll_sets()
