@@ -95,8 +95,32 @@ def plan(quick: bool, only: set[str] | None) -> list[tuple[str, str, int]]:
     return runs
 
 
+def steal_ms() -> float | None:
+    """CPU time the hypervisor has taken from this guest's CPUs so far, in ms (/proc/stat's steal column).
+
+    The kernel counts it in clock ticks (10 ms here): a figure, not a correction.
+    None where it cannot be read (no /proc, an old format).
+    """
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()   # cpu user nice system idle iowait irq softirq steal ...
+        return int(fields[8]) * 1000.0 / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def run_once(name: str, mode: str, size: int, quick: bool, env: dict[str, str]) -> dict[str, Any]:
-    """One measurement in its own process; the raw figures (or an "error")."""
+    """One measurement in its own process; the raw figures (or an "error") and the host's steal during it."""
+    before = steal_ms()
+    raw = measure_once(name, mode, size, quick, env)
+    after = steal_ms()
+    if "error" not in raw and before is not None and after is not None:
+        raw["steal_ms"] = after - before
+    return raw
+
+
+def measure_once(name: str, mode: str, size: int, quick: bool, env: dict[str, str]) -> dict[str, Any]:
+    """The process that takes one measurement, and the raw figures it printed (or an "error")."""
     if name == "c-memcpy":
         p = params("ringbuf", mode, size, quick, True)
         # The fastest of >= 0.3 s of passes (memcpy_bw.c): enough passes for one to miss the host's noise.
@@ -167,6 +191,10 @@ def row(name: str, mode: str, size: int, raws: list[dict[str, Any]]) -> dict[str
                              f"repeats/out of order {max(r['seq_errors'] for r in good)}")
     if mode == "steady" and name.startswith("pylibbpf-perfbuf"):
         base["notes"].append("PerfBuffer's wakeup_events=1: a wakeup per sample bounds producer and consumer")
+    stolen = max((r.get("steal_ms") or 0.0) for r in good)
+    if stolen:
+        # A latency p99 rests on the slowest 1% of events: a few ms taken by the host is enough.
+        base["notes"].append(f"the host took up to {stolen:.0f} ms of CPU during a repetition (steal)")
     if mode == "drain" and any(r.get("producer_full") for r in good):
         base["notes"].append("ring filled before the run's events were all in: fewer events per round")
     for r in good:
