@@ -40,7 +40,7 @@ void plb_perfbuf_collect_lost(void *ctx, int cpu, unsigned long long cnt);
 struct ring_buffer;
 struct perf_buffer;
 struct plb_batch;
-enum plb_wait_result { PLB_DRAIN_CHECK, PLB_DRAIN_ONE, ... };
+enum plb_wait_result { PLB_DRAIN_CHECK, PLB_DRAIN_ONE, PLB_DRAIN_CALLED, ... };
 struct plb_waiter {
     int epfd;
     int evfd;
@@ -53,6 +53,9 @@ int plb_waiter_add_writable(struct plb_waiter *w, int fd);
 int plb_waiter_wait(struct plb_waiter *w, int timeout_ms);
 int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb, struct plb_batch *b, int max, int *drained);
 int plb_pb_wait_drain(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb, struct plb_batch *b, int *drained);
+extern "Python+C" void plb_py_one(void *reader, uint32_t tag, const void *data, uint32_t len);
+int plb_rb_wait_call(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb, struct plb_batch *b, int max, int *drained, void *reader);
+int plb_pb_wait_call(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb, struct plb_batch *b, int *drained, void *reader);
 void plb_waiter_wake(struct plb_waiter *w);
 void plb_waiter_close(struct plb_waiter *w);
 int plb_fill_hole(void *addr, size_t len);

@@ -128,6 +128,30 @@ int plb_pb_wait_drain(struct plb_waiter *w, int timeout_ms, struct perf_buffer *
 	return plb_drain_result(b, err < 0, ready);
 }
 
+int plb_rb_wait_call(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb,
+		     struct plb_batch *b, int max, int *drained, void *reader)
+{
+	int ret = plb_rb_wait_drain(w, timeout_ms, rb, b, max, drained);
+
+	if (ret != PLB_DRAIN_ONE)
+		return ret;
+	/* The last thing this call does: once Python has the record, its callback may close
+	 * the reader (freeing rb and the waiter), so nothing here is touched after it. */
+	plb_py_one(reader, b->tag[0], b->buf, b->len[0]);
+	return PLB_DRAIN_CALLED;
+}
+
+int plb_pb_wait_call(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb,
+		     struct plb_batch *b, int *drained, void *reader)
+{
+	int ret = plb_pb_wait_drain(w, timeout_ms, pb, b, drained);
+
+	if (ret != PLB_DRAIN_ONE)
+		return ret;
+	plb_py_one(reader, b->tag[0], b->buf, b->len[0]); /* last, as in plb_rb_wait_call */
+	return PLB_DRAIN_CALLED;
+}
+
 void plb_waiter_wake(struct plb_waiter *w)
 {
 	uint64_t one = 1;

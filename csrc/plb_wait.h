@@ -11,6 +11,7 @@
 #define PLB_WAIT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct ring_buffer;
 struct perf_buffer;
@@ -19,8 +20,10 @@ struct plb_batch;
 /* plb_rb_wait_drain / plb_pb_wait_drain, besides the wait's own results:
  * PLB_DRAIN_CHECK: ready, but the drain stopped early (see *drained and the batch's err);
  * PLB_DRAIN_ONE: ready, and the drain took exactly one record, not a lost-sample notice, without
- * an error (the latency case: the caller reads that record alone, batch->start[0] == 0). */
-enum plb_wait_result { PLB_DRAIN_CHECK = 2, PLB_DRAIN_ONE = 3 };
+ * an error (the latency case: the caller reads that record alone, batch->start[0] == 0);
+ * PLB_DRAIN_CALLED: as PLB_DRAIN_ONE, and the record was handed to Python from inside the call
+ * (plb_rb_wait_call / plb_pb_wait_call). */
+enum plb_wait_result { PLB_DRAIN_CHECK = 2, PLB_DRAIN_ONE = 3, PLB_DRAIN_CALLED = 4 };
 
 struct plb_waiter {
 	int epfd;
@@ -72,6 +75,23 @@ int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *
  * sample; a lost-sample notice alone is not one). */
 int plb_pb_wait_drain(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb,
 		      struct plb_batch *b, int *drained);
+
+/* Defined by CFFI from Python (extern "Python+C": tools/gen_cdef.py SHIM_PYTHON_CALLBACKS;
+ * pylibbpf/_batch.py), called with the GIL taken by CFFI. reader is the handle (ffi.new_handle)
+ * the Python caller passed in; tag (ring index or CPU), data and len are the batch's one record
+ * (data: batch->buf, valid until the batch's next reset). It returns nothing: Python keeps what
+ * happened (the callback's result, an exception) on its side. */
+void plb_py_one(void *reader, uint32_t tag, const void *data, uint32_t len);
+/* plb_rb_wait_drain, then, when it would return PLB_DRAIN_ONE, plb_py_one(reader, ...) with
+ * that record from inside this call, and PLB_DRAIN_CALLED. The latency path of RingBuffer.poll:
+ * the callback runs on the wake-up's way in, instead of after this call returns to Python
+ * (the return and the Python between it and the callback cost ~1 us on a CPU just out of
+ * idle: docs/benchmarks.md). Every other result is plb_rb_wait_drain's, nothing called. */
+int plb_rb_wait_call(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb,
+		     struct plb_batch *b, int max, int *drained, void *reader);
+/* The same for a perf_buffer (plb_pb_wait_drain): PerfBuffer.poll's. */
+int plb_pb_wait_call(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb,
+		     struct plb_batch *b, int *drained, void *reader);
 /* Wake every waiter, now and later; safe from any thread. */
 void plb_waiter_wake(struct plb_waiter *w);
 /* Close both fds; the waiter must no longer be waited on. */

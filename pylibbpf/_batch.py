@@ -15,6 +15,7 @@ import abc
 import array
 import asyncio
 import os
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,46 @@ _BUSY_PAUSE_MAX_S = 0.02
 #: read once, not per wakeup).
 _DRAIN_CHECK: int = lib.PLB_DRAIN_CHECK
 _DRAIN_ONE: int = lib.PLB_DRAIN_ONE
+#: A wait-and-call's "ready, and the one record was handed to Python from inside the call".
+_DRAIN_CALLED: int = lib.PLB_DRAIN_CALLED
+
+#: What an exception inside a wait-and-call's Python function left for :meth:`BatchReader._wait_call`
+#: (per thread: two threads may poll two readers at once).
+_raised_in_call = threading.local()
+
+
+def _keep_raised(exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+    """``onerror`` of :func:`plb_py_one`: CFFI calls it with the exception the function raised
+    (the callback's own, the TypeError of a bad return value, a signal's KeyboardInterrupt).
+
+    Nothing may leave a C callback as an exception: it is kept for the
+    thread's :meth:`BatchReader._wait_call` to raise once the C call has returned.
+    """
+    _raised_in_call.exc = exc
+
+
+@ffi.def_extern(onerror=_keep_raised)  # type: ignore[misc, untyped-decorator]
+def plb_py_one(handle: CData, tag: int, data: CData, size: int) -> None:
+    """A wakeup's lone record, called by ``plb_rb_wait_call``/``plb_pb_wait_call`` from inside the
+    C call that :meth:`BatchReader._wait_call` made with the operation lock held.
+
+    ``handle`` is that reader's, ``data`` the drain's batch copy of the record
+    (``tag``: its ring or CPU). The record is copied out, the lock released (as
+    for every callback: the callback may close the reader, and C uses nothing
+    after this returns), then the reader's ``_call_one`` calls the callback.
+    Each line before that call is latency: it runs on a CPU just out of idle.
+    """
+    reader = _from_handle(handle)
+    record = _buffer(data, size)[:]
+    reader._locked = False  # before the release: a signal's exception surfaces after a call, not before
+    reader._unlock()
+    view = memoryview(record)
+    reader._called = True  # from the callback's call on, the record counts as delivered
+    reader._call_one(tag, view)
+
+
+_from_handle = ffi.from_handle
+_buffer = ffi.buffer
 
 
 class Batch:
@@ -472,6 +513,7 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
     def __init__(self) -> None:
         super().__init__()
         self._calls = OneCaller(self._what)
+        self._unlock = self._lock.release  # for plb_py_one, which releases the lock _wait_call took
 
     async def _batches(self) -> AsyncIterator[Batch]:
         """Non-empty batches as they arrive, for ``async for``; ends quietly when closed.
@@ -567,12 +609,96 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
                 return True
             return waiter.after(ret, timeout_ms, start, self._what, self._wait_drain)
 
+    #: The wait-and-call C call (``plb_rb_wait_call``/``plb_pb_wait_call``):
+    #: ``(waiter, timeout_ms, *_drain_args, handle) -> int``, ``_drain_c`` that calls the
+    #: reader's :meth:`_call_one` (through :func:`plb_py_one`) with a lone record from inside the call.
+    _call_c: Callable[..., int]
+    #: The state :func:`plb_py_one` leaves for :meth:`_wait_call`: whether the operation lock is
+    #: still held (it releases it before the callback) and whether the callback was called.
+    _locked = False
+    _called = False
+
+    @abc.abstractmethod
+    def _call_one(self, tag: int, data: memoryview) -> None:
+        """Call the callback for one record (``tag``: its ring or CPU); called by :func:`plb_py_one`."""
+
+    def _wait_call(self, timeout_ms: int) -> int | None:
+        """poll's wait and drain: 0 on timeout, 1 when the drain took one record and its callback
+        was called from inside the C call, None when the records are in ``_pending``.
+
+        As :meth:`_fill_one`, but with the lone record of a wakeup (the
+        latency case) delivered on the wakeup's way in: the C call hands it to
+        :func:`plb_py_one` (given ``ffi.new_handle(self)``), which copies it,
+        releases the operation lock (as for every callback: the callback may
+        close the reader) and calls :meth:`_call_one`. Returning from the C call to Python
+        first, and the Python between that return and the callback, cost ~1 us
+        of latency on a CPU just out of idle (docs/benchmarks.md). What that
+        function raised (see :func:`_keep_raised`) is raised here, after the
+        C call; a record it did not hand to the callback becomes pending, and a
+        lock it did not release is released here: the record is delivered
+        once, whatever interrupts it.
+        """
+        self._check_open()
+        if self._pending is not None:
+            return None
+        lock = self._lock
+        # Set before the acquire, cleared (by plb_py_one too) before the release: an exception
+        # (a signal's) surfaces only once a call has returned, so the flag is True whenever this
+        # thread holds the lock and the finally releases exactly what it holds. A blocking acquire
+        # (close() or add() in another thread holds the lock) can be interrupted without taking
+        # it, so it runs with the flag False: the usual `acquire(); try:` idiom, and its window.
+        self._locked = True
+        try:
+            if not lock.acquire(False):
+                self._locked = False
+                lock.acquire()
+                self._locked = True
+            self._check_open()
+            waiter = self._waiter
+            if waiter is None:
+                raise ClosedError(self._what)
+            # Only a signal's retry needs the start, but it must be read before the wait.
+            start = time.monotonic() if timeout_ms > 0 else 0.0
+            batch = self._batch
+            handle = ffi.new_handle(self)
+            self._called = False
+            try:
+                ret: int = self._call_c(waiter.ptr, timeout_ms, *self._drain_args, handle)
+                if ret == _DRAIN_CALLED:
+                    if not self._called:  # it failed before the callback (or is not defined)
+                        self._pending = Batch(batch, with_tags=self._tagged)
+                    exc = _raised_in_call.__dict__.pop("exc", None)
+                    if exc is not None:
+                        raise exc
+                    return 1 if self._called else None
+                if batch.n:
+                    self._pending = Batch(batch, with_tags=self._tagged)
+            except BaseException:
+                # As in _fill_one: what the call took from the kernel and no callback got reaches
+                # _pending, also when an exception (a signal's) surfaces the moment it returns.
+                if self._pending is None and batch.n and not self._called:
+                    self._pending = Batch(batch, with_tags=self._tagged)
+                _raised_in_call.__dict__.pop("exc", None)
+                raise
+            if ret == 1:
+                return None
+            if ret == 0:
+                return 0
+            if ret == _DRAIN_CHECK:
+                _libbpf.check_collected(batch, self._drained[0], self._drain_what)
+                return None
+            return None if waiter.after(ret, timeout_ms, start, self._what, self._wait_drain) else 0
+        finally:
+            if self._locked:
+                self._locked = False
+                lock.release()
+
     @abc.abstractmethod
     def poll(self, timeout_ms: int = -1) -> int:
         """Wait up to ``timeout_ms`` (-1: forever) for records, deliver them, return how many.
 
-        Subclasses: under :func:`one_caller`, :meth:`_fill_one`, then the
-        callback for its one record, or :meth:`_deliver`.
+        Subclasses: under :func:`one_caller`, :meth:`_wait_call` (which has the
+        callback called for a wakeup's one record), then :meth:`_deliver`.
         """
 
     def consume(self) -> int:

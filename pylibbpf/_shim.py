@@ -89,6 +89,16 @@ plb_rb_wait_drain = lib.plb_rb_wait_drain
 #: The compiled function itself, for the same reason.
 plb_pb_wait_drain = lib.plb_pb_wait_drain
 
+#: ``plb_rb_wait_call(waiter, timeout_ms, rb, batch, n, drained, handle) -> int``: :data:`plb_rb_wait_drain`,
+#: and when that drained exactly one record, ``plb_py_one(handle, ring, data, len)`` (Python,
+#: ``_batch``'s ``@ffi.def_extern``) from inside the call, returning PLB_DRAIN_CALLED. The compiled
+#: function itself, for the same reason.
+plb_rb_wait_call = lib.plb_rb_wait_call
+
+#: ``plb_pb_wait_call(waiter, timeout_ms, pb, batch, drained, handle) -> int``: the same over
+#: :data:`plb_pb_wait_drain` (``plb_py_one``'s tag is the sample's CPU).
+plb_pb_wait_call = lib.plb_pb_wait_call
+
 
 def plb_waiter_add_writable(waiter: CData, fd: int, what: str) -> None:
     check(lib.plb_waiter_add_writable(waiter, fd), what)

@@ -92,6 +92,7 @@ class PerfBuffer(BatchReader):
         # every ring after any wake-up (plb_pb_wait_drain): a sample whose wake-up another poll took
         # is read by the next drain, whichever ring's wake-up (or a call without a wait) starts it.
         self._drain_c = _shim.plb_pb_wait_drain
+        self._call_c = _shim.plb_pb_wait_call
         self._drain_what = "perf_buffer__consume"
         try:
             self._waiter = Waiter(perf_ring_fds(pb, _libbpf.perf_buffer__buffer_cnt(pb)), "PerfBuffer")
@@ -200,23 +201,16 @@ class PerfBuffer(BatchReader):
         poll/consume/read_batch on this reader is waited for (within the
         timeout). Returns 0 on timeout; raises ClosedError if closed (also when
         closed by another thread during the wait) and whatever a callback
-        raised. A wakeup that drained one sample calls the callback straight
-        from here (no Batch).
+        raised. A wakeup that drained one sample has its callback called from
+        inside the C call that waited (``plb_pb_wait_call``, see
+        :meth:`_call_one`), without a Batch.
         """
-        # RingBuffer.poll's twin, not shared through a hook: a method call between the hand-over
-        # and the callback would be one more frame on a CPU just out of idle (the latency path).
-        got: Any = False
-        try:
-            got = self._fill_one(timeout_ms)
-            if type(got) is tuple:
-                callback, cpu, view = self._callback, got[0], memoryview(got[1])
-                got = True  # handed over: from the callback's call on, the sample counts as delivered
-                callback(cpu, view)
-                return 1
-        except BaseException:
-            self._pend_one(got)
-            raise
-        return self._deliver() if got else 0
+        got = self._wait_call(timeout_ms)
+        return self._deliver() if got is None else got
+
+    def _call_one(self, cpu: int, data: memoryview) -> None:
+        """A wakeup's lone sample, from inside the C call that waited (:meth:`BatchReader._wait_call`)."""
+        self._callback(cpu, data)
 
     def _deliver_uniform(self, batch: Batch, first: int, n: int, stride: int) -> None:
         """Samples ``first..n-1`` of one size at one stride: cached slices (see RingBuffer._deliver_uniform)."""

@@ -78,6 +78,7 @@ class RingBuffer(BatchReader):
         self._mapped: list[RingBufMaps] = []  # read_into's own mappings of the rings, made on first use
         self._drained = ffi.new("int *")
         self._drain_c = _shim.plb_rb_wait_drain
+        self._call_c = _shim.plb_rb_wait_call
         self._drain_what = "ring_buffer__consume_n"
         rb = _libbpf.ring_buffer__new(map.fd, self._ctxs[0], f"ring_buffer__new({map.name})")
         try:
@@ -139,24 +140,22 @@ class RingBuffer(BatchReader):
         Another thread's poll/consume/read_batch on this reader is waited for
         (within the timeout). Returns 0 on timeout; raises ClosedError if closed (also when closed by
         another thread during the wait) and whatever a callback raised. A wakeup
-        that drained one record calls the callback straight from here (no Batch).
+        that drained one record has its callback called from inside the C call
+        that waited (``plb_rb_wait_call``, see :meth:`_call_one`), without a Batch.
         """
-        # PerfBuffer.poll's twin, not shared through a hook: a method call between the hand-over
-        # and the callback would be one more frame on a CPU just out of idle (the latency path).
-        got: Any = False
-        try:
-            got = self._fill_one(timeout_ms)
-            if type(got) is tuple:
-                callback, view = self._callbacks[got[0]], memoryview(got[1])
-                got = True  # handed over: from its callback's call on, the record counts as delivered
-                ret = callback(view)
-                if ret is not None and ret is not _ZERO:
-                    _stops(ret, callback)  # the type check; one record: stopped or not, the call is done
-                return 1
-        except BaseException:
-            self._pend_one(got)
-            raise
-        return self._deliver() if got else 0
+        got = self._wait_call(timeout_ms)
+        return self._deliver() if got is None else got
+
+    def _call_one(self, ring: int, data: memoryview) -> None:
+        """A wakeup's lone record, from inside the C call that waited (:meth:`BatchReader._wait_call`).
+
+        The callback's stop needs no handling: one record, the call is done
+        either way; a return value that is neither None nor an int raises TypeError.
+        """
+        callback = self._callbacks[ring]
+        ret = callback(data)
+        if ret is not None and ret is not _ZERO:
+            _stops(ret, callback)  # the type check
 
     def _deliver_uniform(self, batch: Batch, first: int, n: int, stride: int) -> None:
         """Records ``first..n-1`` of equal size at one stride: cached slices, one chunk view at a time.

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from progs import emit_perf, emit_ring, rb_event
 
-from pylibbpf import BPFObject, PerfBuffer, RingBuffer
+from pylibbpf import BPFObject, ClosedError, PerfBuffer, RingBuffer
 
 pytestmark = pytest.mark.usefixtures("bpf_privileged")
 
@@ -239,15 +240,20 @@ def _deliver_the_rest(reader: Any, kind: str, how: str, got: list[int]) -> None:
 @pytest.mark.parametrize("how", ["poll", "read_batch"])
 def test_one_record_drained_when_an_interrupt_surfaces_is_delivered_once(
         rb_obj: BPFObject, perf_obj: BPFObject, monkeypatch: pytest.MonkeyPatch, kind: str, how: str) -> None:
-    """The one-record path (no Batch made): an interrupt the moment the C call returns leaves the
-    record pending, and the next call delivers it."""
+    """The one-record path: an interrupt the moment the C call returns. read_batch's call (no Batch
+    made yet) leaves the record pending, and the next call delivers it; poll's call has already
+    delivered it from inside (plb_py_*_one), so the next poll has nothing to deliver."""
     got: list[int] = []
     with _one_record_reader(kind, rb_obj, perf_obj, 11, got) as reader:
-        fired = _interrupt_after(monkeypatch, reader, "_drain_c")
+        fired = _interrupt_after(monkeypatch, reader, "_call_c" if how == "poll" else "_drain_c")
         with pytest.raises(KeyboardInterrupt):
             reader.poll(1000) if how == "poll" else reader.read_batch(1.0)
-        assert fired == [1] and got == []
-        _deliver_the_rest(reader, kind, how, got)
+        assert fired == [1]
+        if how == "poll":
+            assert got == [11] and reader.poll(0) == 0
+        else:
+            assert got == []
+            _deliver_the_rest(reader, kind, how, got)
     assert got == [11]
 
 
@@ -258,8 +264,6 @@ def test_one_record_interrupted_after_the_hand_over_is_delivered_once(
     """The one-record path: an interrupt after the record left the drain's call but before its
     callback ran (or its batch was made) leaves it pending; the next call delivers it."""
     import pylibbpf._batch
-    import pylibbpf.perfbuf
-    import pylibbpf.ringbuf
 
     fired: list[int] = []
 
@@ -273,9 +277,8 @@ def test_one_record_interrupted_after_the_hand_over_is_delivered_once(
 
     got: list[int] = []
     with _one_record_reader(kind, rb_obj, perf_obj, 21, got) as reader:
-        if how == "poll":  # the view made for the callback: the step between the hand-over and the call
-            module = pylibbpf.ringbuf if kind == "ring" else pylibbpf.perfbuf
-            monkeypatch.setattr(module, "memoryview", interrupt_once(memoryview), raising=False)
+        if how == "poll":  # the view made for the callback (plb_py_one): between the hand-over and the call
+            monkeypatch.setattr(pylibbpf._batch, "memoryview", interrupt_once(memoryview), raising=False)
         else:              # the batch of one made for read_batch
             monkeypatch.setattr(pylibbpf._batch.Batch, "one", classmethod(interrupt_once(
                 pylibbpf._batch.Batch.one.__func__)))  # type: ignore[attr-defined]
@@ -285,3 +288,68 @@ def test_one_record_interrupted_after_the_hand_over_is_delivered_once(
         monkeypatch.undo()
         _deliver_the_rest(reader, kind, how, got)
     assert got == [21]
+
+
+def _lone_record_reader(kind: str, rb_obj: BPFObject, perf_obj: BPFObject, on_seq: Callable[[int], Any]) -> Any:
+    """A RingBuffer or PerfBuffer calling ``on_seq(seq)`` per record, with one record (seq 5) written:
+    its poll takes the path that calls the callback from inside the C call that waited."""
+    reader: Any
+    if kind == "ring":
+        reader = RingBuffer(rb_obj.maps["rb"], lambda d: on_seq(rb_event(d)[0]))
+        emit_ring(rb_obj.programs["emit"], 1, first_seq=5)
+    else:
+        reader = PerfBuffer(perf_obj.maps["events"], lambda cpu, d: on_seq(struct.unpack_from("<Q", d)[0]))
+        emit_perf(perf_obj.programs["emit_perf"], 1, cpu=0, first_seq=5)
+    return reader
+
+
+@pytest.mark.parametrize("kind", ["ring", "perf"])
+def test_a_lone_records_callback_may_close_its_reader(rb_obj: BPFObject, perf_obj: BPFObject, kind: str) -> None:
+    """The callback runs inside poll's C call, but with the reader's lock released: closing there
+    frees the reader at once (no deadlock), and poll still counts the record."""
+    got: list[int] = []
+
+    def on_seq(seq: int) -> None:
+        got.append(seq)
+        reader.close()
+
+    reader = _lone_record_reader(kind, rb_obj, perf_obj, on_seq)
+    assert reader.poll(1000) == 1
+    assert got == [5] and reader.closed
+    with pytest.raises(ClosedError):
+        reader.poll(0)
+
+
+@pytest.mark.parametrize("kind", ["ring", "perf"])
+def test_close_from_another_thread_does_not_wait_for_a_lone_records_callback(
+        rb_obj: BPFObject, perf_obj: BPFObject, kind: str) -> None:
+    """As for every callback: another thread's close() returns while the callback still runs, and
+    the poll that called it returns the record's count once the callback does."""
+    entered, release = threading.Event(), threading.Event()
+    polled: list[Any] = []
+
+    def on_seq(seq: int) -> None:
+        entered.set()
+        release.wait(60)
+
+    reader = _lone_record_reader(kind, rb_obj, perf_obj, on_seq)
+
+    def poll() -> None:
+        try:
+            polled.append(reader.poll(1000))
+        except BaseException as e:  # reported by the assertion below
+            polled.append(e)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        assert entered.wait(60)
+        closer = threading.Thread(target=reader.close)
+        closer.start()
+        closer.join(60)
+        assert not closer.is_alive() and reader.closed  # closed while the callback is still inside
+        assert poller.is_alive()
+    finally:
+        release.set()
+        poller.join(60)
+    assert polled == [1]

@@ -52,7 +52,7 @@ SHIM_UMBRELLA = "pylibbpf_shim.h"
 # the perf-ring cursor and the merge's internals only through plb_merge.h).
 SHIM_INTERNAL = ("plb_perfring.h", "plb_merge_internal.h")
 # Declared in C, defined by CFFI from a Python function (`extern "Python+C"`).
-SHIM_PYTHON_CALLBACKS = {"plb_py_log"}
+SHIM_PYTHON_CALLBACKS = {"plb_py_log", "plb_py_one"}
 
 
 def header_of(node: dict, current: str | None) -> str | None:
