@@ -504,7 +504,8 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
     Subclasses set the drain (:class:`CDrain`'s attributes)
     and implement ``_deliver_uniform``/``_deliver_each`` (call the callbacks for
     ``self._pending``; no lock held, so a callback may close the reader) and
-    ``poll``, whose one-record case calls the callback itself (see :meth:`_fill_one`).
+    ``_call_one`` (the callback of a wakeup's lone record, called from inside
+    the C call that waited: :meth:`_wait_call`).
     Records a callback stop left undelivered are delivered first by the next
     call, without waiting. ``poll``/``consume``/``read_batch`` from several
     threads take turns (:class:`OneCaller`): every record reaches one of them, once.
@@ -693,13 +694,19 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
                 self._locked = False
                 lock.release()
 
-    @abc.abstractmethod
+    @one_caller(int)
     def poll(self, timeout_ms: int = -1) -> int:
-        """Wait up to ``timeout_ms`` (-1: forever) for records, deliver them, return how many.
+        """Wait up to ``timeout_ms`` (-1: forever) for records, deliver them, return how many
+        (a PerfBuffer's lost-sample notices included).
 
-        Subclasses: under :func:`one_caller`, :meth:`_wait_call` (which has the
-        callback called for a wakeup's one record), then :meth:`_deliver`.
+        Another thread's poll/consume/read_batch on this reader is waited for
+        (within the timeout). Returns 0 on timeout; raises ClosedError if closed
+        (also when closed by another thread during the wait) and whatever a
+        callback raised. A wakeup that drained one record has its callback
+        called from inside the C call that waited (:meth:`_wait_call`), without a Batch.
         """
+        got = self._wait_call(timeout_ms)
+        return self._deliver() if got is None else got
 
     def consume(self) -> int:
         """Deliver whatever is available now, without waiting; returns how many."""

@@ -24,7 +24,7 @@ from typing import Any
 
 from . import _check, _close, _into, _libbpf, _shim
 from ._batch import Batch, BatchReader, CDrain, Record, RecordReader, any_nonzero
-from ._close import Callback, Waiter, current_pid, one_caller
+from ._close import Callback, Waiter, current_pid
 from ._ffi import ffi, lib
 from ._rings import (
     MAX_PAGE_CNT,
@@ -190,23 +190,6 @@ class PerfBuffer(BatchReader):
         """
         async for batch, i in self._records():
             yield batch.tags[i], batch[i]
-
-    @one_caller(int)
-    def poll(self, timeout_ms: int = -1) -> int:
-        """Wait up to ``timeout_ms`` (-1: forever) for samples, deliver them, return how many records
-        were handled (lost-sample notices included).
-
-        The wait watches every ring's perf event fd; after any wakeup every
-        CPU's ring is drained (``plb_pb_wait_drain``). Another thread's
-        poll/consume/read_batch on this reader is waited for (within the
-        timeout). Returns 0 on timeout; raises ClosedError if closed (also when
-        closed by another thread during the wait) and whatever a callback
-        raised. A wakeup that drained one sample has its callback called from
-        inside the C call that waited (``plb_pb_wait_call``, see
-        :meth:`_call_one`), without a Batch.
-        """
-        got = self._wait_call(timeout_ms)
-        return self._deliver() if got is None else got
 
     def _call_one(self, cpu: int, data: memoryview) -> None:
         """A wakeup's lone sample, from inside the C call that waited (:meth:`BatchReader._wait_call`)."""

@@ -25,7 +25,7 @@ from typing import Any
 
 from . import _check, _close, _into, _libbpf, _shim
 from ._batch import Batch, BatchReader
-from ._close import Callback, Closable, Waiter, one_caller
+from ._close import Callback, Closable, Waiter
 from ._ffi import ffi, lib
 from ._rings import SAFETY_NET_MS, RingBufLayout, RingBufMaps, busy_pause, require_map_type
 from ._views import Chunks, chunk_slices
@@ -132,19 +132,6 @@ class RingBuffer(BatchReader):
         """
         async for batch, i in self._records():
             yield batch[i]
-
-    @one_caller(int)
-    def poll(self, timeout_ms: int = -1) -> int:
-        """Wait up to ``timeout_ms`` (-1: forever) for records, deliver them, return how many.
-
-        Another thread's poll/consume/read_batch on this reader is waited for
-        (within the timeout). Returns 0 on timeout; raises ClosedError if closed (also when closed by
-        another thread during the wait) and whatever a callback raised. A wakeup
-        that drained one record has its callback called from inside the C call
-        that waited (``plb_rb_wait_call``, see :meth:`_call_one`), without a Batch.
-        """
-        got = self._wait_call(timeout_ms)
-        return self._deliver() if got is None else got
 
     def _call_one(self, ring: int, data: memoryview) -> None:
         """A wakeup's lone record, from inside the C call that waited (:meth:`BatchReader._wait_call`).
