@@ -135,8 +135,9 @@ int plb_rb_wait_call(struct plb_waiter *w, int timeout_ms, struct ring_buffer *r
 
 	if (ret != PLB_DRAIN_ONE)
 		return ret;
-	/* The last thing this call does: once Python has the record, its callback may close
-	 * the reader (freeing rb and the waiter), so nothing here is touched after it. */
+	/* The record starts at offset 0 of the batch's buffer (plb_batch_append after the
+	 * reset). The last thing this call does: once Python has the record, its callback may
+	 * close the reader (freeing rb and the waiter), so nothing here is touched after it. */
 	plb_py_one(reader, b->tag[0], b->buf, b->len[0]);
 	return PLB_DRAIN_CALLED;
 }

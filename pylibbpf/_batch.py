@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from . import _arrow, _check, _into, _libbpf, _shim, _views
-from ._close import Closable, OneCaller, one_caller
+from ._close import Closable, OneCaller, Waiter, one_caller
 from ._ffi import ffi, lib
 from .errors import ClosedError
 
@@ -580,12 +580,7 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
         if self._pending is not None:
             return True
         with self._lock:
-            self._check_open()
-            waiter = self._waiter
-            if waiter is None:
-                raise ClosedError(self._what)
-            # Only a signal's retry needs the start, but it must be read before the wait.
-            start = time.monotonic() if timeout_ms > 0 else 0.0
+            waiter, start = self._before_wait(timeout_ms)
             batch = self._batch
             # _wait_drain inlined (one frame less on the way back from the wakeup).
             try:
@@ -601,14 +596,31 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
                 if self._pending is None and batch.n:
                     self._pending = Batch(batch, with_tags=self._tagged)
                 raise
-            if ret == 1:
-                return True
-            if ret == 0:
-                return False
-            if ret == _DRAIN_CHECK:
-                _libbpf.check_collected(batch, self._drained[0], self._drain_what)
-                return True
-            return waiter.after(ret, timeout_ms, start, self._what, self._wait_drain)
+            return self._after_drain(ret, waiter, timeout_ms, start)
+
+    def _before_wait(self, timeout_ms: int) -> tuple[Waiter, float]:
+        """Under the lock, before a wait-and-drain: the waiter (ClosedError once closed) and the
+        start a signal's retry needs (it must be read before the wait; only a timeout > 0 needs it)."""
+        self._check_open()
+        waiter = self._waiter
+        if waiter is None:
+            raise ClosedError(self._what)
+        return waiter, time.monotonic() if timeout_ms > 0 else 0.0
+
+    def _after_drain(self, ret: int, waiter: Waiter, timeout_ms: int, start: float) -> bool:
+        """A wait-and-drain's result other than one record: whether records are now pending.
+
+        Raises for a failed drain (``_libbpf.check_collected``); a signal, a close
+        or a wait's error go through ``waiter.after`` (which retries with :meth:`_wait_drain`).
+        """
+        if ret == 1:
+            return True
+        if ret == 0:
+            return False
+        if ret == _DRAIN_CHECK:
+            _libbpf.check_collected(self._batch, self._drained[0], self._drain_what)
+            return True
+        return waiter.after(ret, timeout_ms, start, self._what, self._wait_drain)
 
     #: The wait-and-call C call (``plb_rb_wait_call``/``plb_pb_wait_call``):
     #: ``(waiter, timeout_ms, *_drain_args, handle) -> int``, ``_drain_c`` that calls the
@@ -631,9 +643,10 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
         latency case) delivered on the wakeup's way in: the C call hands it to
         :func:`plb_py_one` (given ``ffi.new_handle(self)``), which copies it,
         releases the operation lock (as for every callback: the callback may
-        close the reader) and calls :meth:`_call_one`. Returning from the C call to Python
-        first, and the Python between that return and the callback, cost ~1 us
-        of latency on a CPU just out of idle (docs/benchmarks.md). What that
+        close the reader) and calls :meth:`_call_one`. Everything else after the
+        wakeup (this method's checks, its lock, its return) then runs after the
+        callback: 2-5% off the p50 latency on a CPU just out of idle
+        (docs/benchmarks.md, "Fifth round"). What that
         function raised (see :func:`_keep_raised`) is raised here, after the
         C call; a record it did not hand to the callback becomes pending, and a
         lock it did not release is released here: the record is delivered
@@ -654,12 +667,7 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
                 self._locked = False
                 lock.acquire()
                 self._locked = True
-            self._check_open()
-            waiter = self._waiter
-            if waiter is None:
-                raise ClosedError(self._what)
-            # Only a signal's retry needs the start, but it must be read before the wait.
-            start = time.monotonic() if timeout_ms > 0 else 0.0
+            waiter, start = self._before_wait(timeout_ms)
             batch = self._batch
             handle = ffi.new_handle(self)
             self._called = False
@@ -681,14 +689,7 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
                     self._pending = Batch(batch, with_tags=self._tagged)
                 _raised_in_call.__dict__.pop("exc", None)
                 raise
-            if ret == 1:
-                return None
-            if ret == 0:
-                return 0
-            if ret == _DRAIN_CHECK:
-                _libbpf.check_collected(batch, self._drained[0], self._drain_what)
-                return None
-            return None if waiter.after(ret, timeout_ms, start, self._what, self._wait_drain) else 0
+            return None if self._after_drain(ret, waiter, timeout_ms, start) else 0
         finally:
             if self._locked:
                 self._locked = False
@@ -739,8 +740,8 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
         return self._take_pending()
 
     def _pend_one(self, got: Any) -> None:
-        """An exception met a record :meth:`_fill_one` handed over (``got``, a tuple) before its
-        callback was called or its batch made: the record becomes pending, for the next call."""
+        """An exception met a record :meth:`_fill_one` handed over (``got``, a tuple) before
+        read_batch made its batch: the record becomes pending, for the next call."""
         if type(got) is tuple:
             self._pending = Batch.one(got[1], got[0])
 

@@ -4,7 +4,9 @@
 sample callback that copies into a batch) and calls the Python callback for
 each record of the batch in a loop: one C->Python crossing per batch, not per
 event. A batch of equal-size records (fixed-size events) is walked with cached
-slices (``_views``), so a record costs its view and its call.
+slices (``_views``), so a record costs its view and its call. A wakeup that
+drained one record has its callback called from inside that C call (the latency
+path: ``BatchReader._wait_call``).
 
 Below it, the mmap layer (seed: clj-ebpf's ``map-ringbuf`` family):
 :func:`map_ringbuf` maps a ring buffer map into this process
