@@ -614,8 +614,8 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
             return self._after_drain(ret, waiter, timeout_ms, start)
 
     def _after_drain(self, ret: int, waiter: Waiter, timeout_ms: int, start: float) -> bool:
-        """A wait-and-drain's unusual result (not ready, ready, or one record): whether records
-        are now pending.
+        """A wait-and-drain's result other than 0 (timeout), 1 (drained) or one record: whether
+        records are now pending.
 
         Raises for a failed drain (``_libbpf.check_collected``); a signal, a close
         or a wait's error go through ``waiter.after`` (which retries with :meth:`_wait_drain`).
@@ -649,11 +649,10 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
         close the reader) and calls :meth:`_call_one`. Everything else after the
         wakeup (this method's checks, its lock, its return) then runs after the
         callback: 2-5% off the p50 latency on a CPU just out of idle
-        (docs/benchmarks.md, "Fifth round"). What that
-        function raised (see :func:`_keep_raised`) is raised here, after the
-        C call; a record it did not hand to the callback becomes pending, and a
-        lock it did not release is released here: the record is delivered
-        once, whatever interrupts it.
+        (docs/benchmarks.md, "Fifth round"). What that function raised (see
+        :func:`_keep_raised`) is raised here, after the C call; a record it did
+        not hand to the callback becomes pending, and a lock it did not release
+        is released here: the record is delivered once, whatever interrupts it.
         """
         self._check_open()
         if self._pending is not None:
