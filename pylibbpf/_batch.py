@@ -679,22 +679,21 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
             self._called = False
             try:
                 ret: int = self._call_c(waiter.ptr, timeout_ms, *self._drain_args, self._handle)
-                if ret == _DRAIN_CALLED:
-                    if not self._called:  # it failed before the callback (or is not defined)
-                        self._pending = Batch(batch, with_tags=self._tagged)
-                    exc = _raised_in_call.__dict__.pop("exc", None)
-                    if exc is not None:
-                        raise exc
-                    return 1 if self._called else None
-                if batch.n:
+                # What the call took from the kernel and no callback got (all of a batch, or a lone
+                # record plb_py_one failed to hand over) becomes pending.
+                if batch.n and not self._called:
                     self._pending = Batch(batch, with_tags=self._tagged)
             except BaseException:
-                # As in _fill_one: what the call took from the kernel and no callback got reaches
-                # _pending, also when an exception (a signal's) surfaces the moment it returns.
+                # The same when an exception (a signal's) surfaces the moment the call returns.
                 if self._pending is None and batch.n and not self._called:
                     self._pending = Batch(batch, with_tags=self._tagged)
                 _raised_in_call.__dict__.pop("exc", None)
                 raise
+            if ret == _DRAIN_CALLED:
+                exc = _raised_in_call.__dict__.pop("exc", None)
+                if exc is not None:
+                    raise exc
+                return 1 if self._called else None
             if ret == 1:
                 return None
             if ret == 0:

@@ -214,14 +214,16 @@ def test_records_drained_when_an_interrupt_surfaces_are_delivered_once(
     assert got == list(range(RECORDS))   # none lost to the interrupt, none twice
 
 
-def _one_record_reader(kind: str, rb_obj: BPFObject, perf_obj: BPFObject, seq: int, got: list[int]) -> Any:
-    """A RingBuffer or PerfBuffer whose callback appends each seq to ``got``, with one record ``seq`` written."""
+def _one_record_reader(kind: str, rb_obj: BPFObject, perf_obj: BPFObject, seq: int,
+                       on_seq: Callable[[int], Any]) -> Any:
+    """A RingBuffer or PerfBuffer calling ``on_seq(seq)`` per record, with one record ``seq`` written:
+    its poll takes the path that calls the callback from inside the C call that waited."""
     reader: Any
     if kind == "ring":
-        reader = RingBuffer(rb_obj.maps["rb"], lambda d: got.append(rb_event(d)[0]))
+        reader = RingBuffer(rb_obj.maps["rb"], lambda d: on_seq(rb_event(d)[0]))
         emit_ring(rb_obj.programs["emit"], 1, first_seq=seq)
     else:  # a perf ring exists only once the reader opened it: the sample comes after
-        reader = PerfBuffer(perf_obj.maps["events"], lambda cpu, d: got.append(struct.unpack_from("<Q", d)[0]))
+        reader = PerfBuffer(perf_obj.maps["events"], lambda cpu, d: on_seq(struct.unpack_from("<Q", d)[0]))
         emit_perf(perf_obj.programs["emit_perf"], 1, cpu=0, first_seq=seq)
     return reader
 
@@ -244,7 +246,7 @@ def test_one_record_drained_when_an_interrupt_surfaces_is_delivered_once(
     made yet) leaves the record pending, and the next call delivers it; poll's call has already
     delivered it from inside (plb_py_*_one), so the next poll has nothing to deliver."""
     got: list[int] = []
-    with _one_record_reader(kind, rb_obj, perf_obj, 11, got) as reader:
+    with _one_record_reader(kind, rb_obj, perf_obj, 11, got.append) as reader:
         fired = _interrupt_after(monkeypatch, reader, "_call_c" if how == "poll" else "_drain_c")
         with pytest.raises(KeyboardInterrupt):
             reader.poll(1000) if how == "poll" else reader.read_batch(1.0)
@@ -276,7 +278,7 @@ def test_one_record_interrupted_after_the_hand_over_is_delivered_once(
         return step
 
     got: list[int] = []
-    with _one_record_reader(kind, rb_obj, perf_obj, 21, got) as reader:
+    with _one_record_reader(kind, rb_obj, perf_obj, 21, got.append) as reader:
         if how == "poll":  # the view made for the callback (plb_py_one): between the hand-over and the call
             monkeypatch.setattr(pylibbpf._batch, "memoryview", interrupt_once(memoryview), raising=False)
         else:              # the batch of one made for read_batch
@@ -290,19 +292,6 @@ def test_one_record_interrupted_after_the_hand_over_is_delivered_once(
     assert got == [21]
 
 
-def _lone_record_reader(kind: str, rb_obj: BPFObject, perf_obj: BPFObject, on_seq: Callable[[int], Any]) -> Any:
-    """A RingBuffer or PerfBuffer calling ``on_seq(seq)`` per record, with one record (seq 5) written:
-    its poll takes the path that calls the callback from inside the C call that waited."""
-    reader: Any
-    if kind == "ring":
-        reader = RingBuffer(rb_obj.maps["rb"], lambda d: on_seq(rb_event(d)[0]))
-        emit_ring(rb_obj.programs["emit"], 1, first_seq=5)
-    else:
-        reader = PerfBuffer(perf_obj.maps["events"], lambda cpu, d: on_seq(struct.unpack_from("<Q", d)[0]))
-        emit_perf(perf_obj.programs["emit_perf"], 1, cpu=0, first_seq=5)
-    return reader
-
-
 @pytest.mark.parametrize("kind", ["ring", "perf"])
 def test_a_lone_records_callback_may_close_its_reader(rb_obj: BPFObject, perf_obj: BPFObject, kind: str) -> None:
     """The callback runs inside poll's C call, but with the reader's lock released: closing there
@@ -313,7 +302,7 @@ def test_a_lone_records_callback_may_close_its_reader(rb_obj: BPFObject, perf_ob
         got.append(seq)
         reader.close()
 
-    reader = _lone_record_reader(kind, rb_obj, perf_obj, on_seq)
+    reader = _one_record_reader(kind, rb_obj, perf_obj, 5, on_seq)
     assert reader.poll(1000) == 1
     assert got == [5] and reader.closed
     with pytest.raises(ClosedError):
@@ -332,7 +321,7 @@ def test_close_from_another_thread_does_not_wait_for_a_lone_records_callback(
         entered.set()
         release.wait(60)
 
-    reader = _lone_record_reader(kind, rb_obj, perf_obj, on_seq)
+    reader = _one_record_reader(kind, rb_obj, perf_obj, 5, on_seq)
 
     def poll() -> None:
         try:
