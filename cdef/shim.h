@@ -40,6 +40,8 @@ void plb_perfbuf_collect_lost(void *ctx, int cpu, unsigned long long cnt);
 struct ring_buffer;
 struct perf_buffer;
 struct plb_batch;
+struct plb_rb_view;
+struct plb_into;
 enum plb_wait_result { PLB_DRAIN_CHECK, PLB_DRAIN_ONE, PLB_DRAIN_CALLED, ... };
 struct plb_waiter {
     int epfd;
@@ -56,6 +58,8 @@ int plb_pb_wait_drain(struct plb_waiter *w, int timeout_ms, struct perf_buffer *
 extern "Python+C" void plb_py_one(void *reader, uint32_t tag, const void *data, uint32_t len);
 int plb_rb_wait_call(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb, struct plb_batch *b, int max, int *drained, void *reader);
 int plb_pb_wait_call(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb, struct plb_batch *b, int *drained, void *reader);
+enum plb_into_wait { PLB_INTO_STOPPED, ... };
+int plb_rb_wait_into(struct plb_waiter *w, int timeout_ms, struct plb_rb_view **views, uint32_t n, struct plb_into *st, uint32_t *ring, int *err);
 void plb_waiter_wake(struct plb_waiter *w);
 void plb_waiter_close(struct plb_waiter *w);
 int plb_fill_hole(void *addr, size_t len);

@@ -9,6 +9,7 @@
 #include <bpf/libbpf.h>
 
 #include "plb_batch.h"
+#include "plb_into.h"
 #include "plb_wait.h"
 
 /* The eventfd is tagged with u64 = -1 so it cannot be mistaken for a watched fd. */
@@ -151,6 +152,31 @@ int plb_pb_wait_call(struct plb_waiter *w, int timeout_ms, struct perf_buffer *p
 		return ret;
 	plb_py_one(reader, b->tag[0], b->buf, b->len[0]); /* last, as in plb_rb_wait_call */
 	return PLB_DRAIN_CALLED;
+}
+
+int plb_rb_wait_into(struct plb_waiter *w, int timeout_ms, struct plb_rb_view **views, uint32_t n,
+		     struct plb_into *st, uint32_t *ring, int *err)
+{
+	int ready = timeout_ms == 0 ? 1 : plb_waiter_wait(w, timeout_ms);
+	uint32_t i;
+	int rc;
+
+	*err = 0;
+	if (ready <= 0)
+		return ready;
+	for (i = *ring; i < n; i++) {
+		rc = plb_into_rb(views[i], st);
+		if (rc < 0 && !st->n) {
+			*err = rc;
+			break;
+		}
+		if (st->stop != PLB_INTO_EMPTY)
+			break;
+	}
+	*ring = i;
+	/* One value to test on the way back from a wake-up: the caller reads *ring,
+	 * *err and st->stop only when this says a ring stopped short. */
+	return i < n && st->stop != PLB_INTO_FULL ? PLB_INTO_STOPPED : ready;
 }
 
 void plb_waiter_wake(struct plb_waiter *w)

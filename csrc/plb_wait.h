@@ -16,6 +16,8 @@
 struct ring_buffer;
 struct perf_buffer;
 struct plb_batch;
+struct plb_rb_view;
+struct plb_into;
 
 /* plb_rb_wait_drain / plb_pb_wait_drain, besides the wait's own results:
  * PLB_DRAIN_CHECK: ready, but the drain stopped early (see *drained and the batch's err);
@@ -92,6 +94,27 @@ int plb_rb_wait_call(struct plb_waiter *w, int timeout_ms, struct ring_buffer *r
 /* The same for a perf_buffer (plb_pb_wait_drain): PerfBuffer.poll's. */
 int plb_pb_wait_call(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb,
 		     struct plb_batch *b, int *drained, void *reader);
+
+/* plb_rb_wait_into's result when a ring stopped short: an odd record or an error. */
+enum plb_into_wait { PLB_INTO_STOPPED = 2 };
+
+/* RingBuffer.read_into's wait and fill in one C call, as plb_rb_wait_drain is
+ * read_batch's: after a wake-up no Python runs between the wait and the
+ * copies. timeout_ms != 0: wait as plb_waiter_wait (the waiter watches the
+ * rings' own fds); 0: no wait. When ready (or not waiting), fill from
+ * views[*ring], views[*ring + 1], ... views[n - 1] in turn, each until it is
+ * empty (plb_into_rb), and stop at a ring that stops early: the rows are full
+ * (st->stop PLB_INTO_FULL), an odd record was taken (PLB_INTO_ODD), or the
+ * ring failed while no row is filled (*err = its -errno; a failure after
+ * rows is met again by the next call, as plb_into_rb's is). *ring is then
+ * that ring, else n; *err is 0 unless a ring failed. Returns the wait's
+ * result: 1 when ready or not waiting (the fill ran, and every ring is empty
+ * or the rows are full), 0 on timeout, -ECANCELED once woken, -EINTR on a
+ * signal, else -errno (no fill); or PLB_INTO_STOPPED when the fill ran and
+ * stopped at *ring for an odd record or an error. */
+int plb_rb_wait_into(struct plb_waiter *w, int timeout_ms, struct plb_rb_view **views, uint32_t n,
+		     struct plb_into *st, uint32_t *ring, int *err);
+
 /* Wake every waiter, now and later; safe from any thread. */
 void plb_waiter_wake(struct plb_waiter *w);
 /* Close both fds; the waiter must no longer be waited on. */

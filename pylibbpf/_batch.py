@@ -797,7 +797,8 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
         rows = _into.Rows(out, record_size)
         deadline = _check.deadline(timeout)
         self._check_open()  # in a forked child: ClosedError before the lock
-        if not self._calls.enter(_check.remaining_ms(deadline)):
+        calls = self._calls
+        if not calls.take() and not calls.enter(_check.remaining_ms(deadline)):  # the clock read: contended only
             return 0
         try:
             if self._into_state is None:
@@ -810,7 +811,7 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
                 written = into.end()
             return written
         finally:
-            self._calls.leave()
+            calls.leave()
 
     def _fill_rows(self, into: _into.Into, deadline: float | None) -> None:
         """read_into's loop: pending records, then the rings, waiting until a row is written."""
@@ -819,17 +820,21 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
             with self._lock:
                 self._check_open()
                 pending = self._pending
-                if pending is not None and into.put_batch(pending, self._perf_rows, self._lost_notice):
-                    self._pending = None
-                if not into.full:
+                if pending is None:
                     self._drain_rows(into)
+                elif into.put_batch(pending, self._perf_rows, self._lost_notice):  # False: rows full
+                    self._pending = None
+                    if not into.full:
+                        self._drain_rows(into)
                 if into.st.n:
                     return
                 left = _check.remaining_ms(deadline)
                 if left == 0:
                     return
                 if not woken:
-                    woken = 1 if self._wait(left) else 0
+                    woken = 1 if self._wait_rows(into, left) else 0
+                    if into.st.n:  # filled by the wait's own call (RingBuffer)
+                        return
                     continue
             # Woken, yet nothing readable: a reserved record at the head keeps a ring
             # buffer's fd readable until its commit; pause (lock released) instead of spinning.
@@ -838,7 +843,16 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
             with self._lock:
                 self._check_open()
                 left = _check.remaining_ms(deadline)
-                woken = woken + 1 if left != 0 and self._wait(left) else 0
+                woken = woken + 1 if left != 0 and self._wait_rows(into, left) else 0
+
+    def _wait_rows(self, into: _into.Into, timeout_ms: int) -> bool:
+        """read_into's wait (lock held, ``timeout_ms`` > 0): True when ready, False on timeout.
+
+        Here the wait alone: the loop drains next (:meth:`_drain_rows`). A reader
+        whose C call can fill ``into`` on the same call as the wait overrides it,
+        so that after a wakeup no Python runs before the records are in the rows.
+        """
+        return self._wait(timeout_ms)
 
     def _lost_notice(self, ring: int, count: int) -> None:
         """A lost-samples notice met by read_into (perf buffers override)."""

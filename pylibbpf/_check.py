@@ -98,6 +98,10 @@ def timeout_ms(value: object, name: str = "timeout_ms") -> int:
 
 def deadline(timeout: object, name: str = "timeout") -> float | None:
     """The monotonic deadline of a timeout in seconds (``None``: no deadline)."""
+    # Every read_into computes one: a plain finite number in range skips the full check (NaN
+    # fails both comparisons); anything else gets it, and its messages.
+    if (type(timeout) is float or type(timeout) is int) and 0 <= timeout and timeout * 1000 < MAX_TIMEOUT_MS:
+        return time.monotonic() + timeout
     seconds = timeout_seconds(timeout, name)
     if seconds is None or seconds * 1000 >= MAX_TIMEOUT_MS:
         return None

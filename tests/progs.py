@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import struct
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -150,3 +152,19 @@ def epoll_sets() -> dict[int, list[int]]:
 def accounted(s: Any) -> bool:
     """A queueing consumer's stats account for every record read: processed, dropped, queued or failed."""
     return bool(s.events_read == s.events_processed + s.events_dropped + s.current_queue_size + s.errors)
+
+
+def signal_thrice(thread_id: int, then: Callable[[], object] | None = None) -> threading.Thread:
+    """A started thread that sends SIGUSR1 to ``thread_id`` three times, 50 ms apart, then runs
+    ``then()`` 50 ms later: a blocked wait meets EINTR before its data comes. Join it."""
+    def poke() -> None:
+        for _ in range(3):
+            time.sleep(0.05)
+            signal.pthread_kill(thread_id, signal.SIGUSR1)
+        if then is not None:
+            time.sleep(0.05)
+            then()
+
+    thread = threading.Thread(target=poke)
+    thread.start()
+    return thread

@@ -10,6 +10,7 @@ and refuse bad arguments naming them.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from progs import ORD_EVENT, ORD_PERF, ORD_RB0, ORD_RB1, emit_ordered, old_ts
+from progs import ORD_EVENT, ORD_PERF, ORD_RB0, ORD_RB1, emit_ordered, old_ts, signal_thrice
 
 from pylibbpf import (
     FLAG_LATE,
@@ -159,6 +160,56 @@ def test_ringbuffer_blocks_until_data_and_times_out(obj: BPFObject, prog: Progra
         emit_ordered(prog, 1, seq=77, target=ORD_RB0)
         t.join(60)
         assert result == [1] and int(out["seq"][0]) == 77
+
+
+def test_ringbuffer_blocked_read_into_keeps_an_odd_record_and_reads_the_later_rings(
+        obj: BPFObject, prog: Program) -> None:
+    """The wait and the fill are one C call: a wakeup by an odd record on ring 0 keeps it and goes
+    on to ring 1, whatever the wakeup saw first."""
+    rb = RingBuffer(obj.maps["rb0"], ignore)
+    with rb:
+        rb.add(obj.maps["rb1"], ignore)
+
+        def emit() -> None:
+            time.sleep(0.05)
+            emit_ordered(prog, 1, seq=60, extra=8, target=ORD_RB0)
+            emit_ordered(prog, 2, seq=50, target=ORD_RB1)
+
+        t = threading.Thread(target=emit)
+        t.start()
+        out = np.zeros(4, EV)
+        try:
+            n = rb.read_into(out, timeout=60)
+        finally:
+            t.join(60)
+        assert n == 2 and out["seq"][:2].tolist() == [50, 51]
+        assert [(o.row, o.ring, seq_of(o)) for o in rb.take_odd()] == [(0, 0, 60)]
+        assert rb.read_into(out, timeout=0) == 0
+
+
+def test_ringbuffer_a_signal_whose_handler_returns_resumes_a_blocked_read_into(
+        obj: BPFObject, prog: Program) -> None:
+    """EINTR brings the wait back to Python for the handler; then it waits again, for the time left."""
+    handled: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: handled.append(signum))
+    main = threading.get_ident()
+    out = np.zeros(4, EV)
+    try:
+        with RingBuffer(obj.maps["rb0"], ignore) as rb:
+            for then_emit, timeout in ((True, None), (False, 0.4)):
+                t = signal_thrice(main, (lambda: emit_ordered(prog, 1, seq=9, target=ORD_RB0)) if then_emit else None)
+                t0 = time.monotonic()
+                try:
+                    n = rb.read_into(out, timeout=timeout)
+                finally:
+                    t.join(60)
+                if then_emit:
+                    assert n == 1 and int(out["seq"][0]) == 9
+                else:
+                    assert n == 0 and time.monotonic() - t0 >= 0.39  # the whole timeout (a lower bound)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert len(handled) == 6
 
 
 def test_ringbuffer_close_wakes_a_blocked_read_into(obj: BPFObject) -> None:

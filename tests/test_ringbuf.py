@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from progs import blocked_in_epoll, counter, emit_ring, epoll_sets, rb_event, wait_until
+from progs import blocked_in_epoll, counter, emit_ring, epoll_sets, rb_event, signal_thrice, wait_until
 
 from pylibbpf import BPFError, BPFObject, ClosedError, RingBuffer, lib
 from pylibbpf.events import defevent
@@ -184,24 +184,13 @@ def test_a_signal_whose_handler_returns_resumes_the_wait(obj: BPFObject) -> None
     handled: list[int] = []
     previous = signal.signal(signal.SIGUSR1, lambda signum, frame: handled.append(signum))
     main = threading.get_ident()
-
-    def poke(then_emit: bool) -> None:
-        for _ in range(3):
-            time.sleep(0.05)
-            signal.pthread_kill(main, signal.SIGUSR1)
-        if then_emit:
-            time.sleep(0.05)
-            emit_ring(obj.programs["emit"], 1, first_seq=9)
-
     try:
         seen: list[int] = []
         with RingBuffer(obj.maps["rb"], lambda d: seen.append(rb_event(d)[0])) as rb:
-            thread = threading.Thread(target=poke, args=(True,))
-            thread.start()
+            thread = signal_thrice(main, lambda: emit_ring(obj.programs["emit"], 1, first_seq=9))
             assert rb.poll(-1) == 1
             thread.join()
-            thread = threading.Thread(target=poke, args=(False,))
-            thread.start()
+            thread = signal_thrice(main)
             t0 = time.monotonic()
             assert rb.poll(400) == 0
             assert time.monotonic() - t0 >= 0.39  # it waited the whole timeout (a lower bound)

@@ -227,6 +227,43 @@ def test_a_corrupt_record_after_good_ones_is_reported_by_the_next_call() -> None
     assert ring.read()[0] == -lib.EBADMSG
 
 
+def wait_into(rings: list[SynthRing], st: Any, first: int = 0) -> tuple[int, int, int]:
+    """plb_rb_wait_into without a wait (timeout 0: the waiter is not touched) from ring ``first``:
+    (result, the ring it stopped at, its error)."""
+    views = ffi.new("struct plb_rb_view *[]", [r.view for r in rings])
+    ring, err = ffi.new("uint32_t *", first), ffi.new("int *", 12345)
+    ret = lib.plb_rb_wait_into(ffi.new("struct plb_waiter *"), 0, views, len(rings), st, ring, err)
+    return ret, int(ring[0]), int(err[0])
+
+
+def test_wait_into_fills_the_rings_in_turn_and_stops_at_an_odd_record_an_error_or_full_rows() -> None:
+    """read_into's one C call for ring buffers (plb_rb_wait_into), over synthetic rings."""
+    a, b = SynthRing(4096), SynthRing(4096)
+    rows = bytearray(16 * 4)
+    st = ffi.new("struct plb_into *", {"out": ffi.from_buffer("uint8_t[]", rows), "rows": 4, "rec_size": 16})
+    assert wait_into([a, b], st) == (1, 2, 0)            # both empty: ready, every ring read
+    a.put(payload(0, 16))
+    a.put(payload(1, 40))                                # odd: stops at ring 0, kept in st.odd
+    a.put(payload(2, 16))
+    b.put(payload(3, 16))
+    assert wait_into([a, b], st) == (lib.PLB_INTO_STOPPED, 0, 0)
+    assert st.stop == lib.PLB_INTO_ODD and ffi.buffer(st.odd, st.odd_len)[:] == payload(1, 40)
+    assert wait_into([a, b], st, first=0) == (1, 2, 0)   # on from ring 0, then ring 1
+    assert st.n == 3 and bytes(rows[:48]) == payload(0, 16) + payload(2, 16) + payload(3, 16)
+    for i in range(4, 7):
+        b.put(payload(i, 16))
+    assert wait_into([a, b], st) == (1, 1, 0)            # full at ring 1: not a stop to handle
+    assert st.stop == lib.PLB_INTO_FULL and st.n == 4 and bytes(rows[48:]) == payload(4, 16)
+    st.n = 0
+    bad = a.put(payload(7, 16))
+    a.write(bad, struct.pack("<I", 5000))                # corrupt, and no row filled yet: its error
+    assert wait_into([a, b], st) == (lib.PLB_INTO_STOPPED, 0, -lib.EBADMSG) and st.n == 0
+    assert a.cons[0] == bad                              # nothing consumed past the good records
+    assert wait_into([b, a], st) == (1, 2, 0)            # after rows: the next call meets it again
+    assert st.n == 2 and bytes(rows[:32]) == payload(5, 16) + payload(6, 16)
+    lib.plb_into_release(st)
+
+
 def test_bad_arguments() -> None:
     ring = SynthRing(4096)
     used = ffi.new("size_t *")
