@@ -60,6 +60,7 @@ int plb_rb_wait_call(struct plb_waiter *w, int timeout_ms, struct ring_buffer *r
 int plb_pb_wait_call(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb, struct plb_batch *b, int *drained, void *reader);
 enum plb_into_wait { PLB_INTO_STOPPED, ... };
 int plb_rb_wait_into(struct plb_waiter *w, int timeout_ms, struct plb_rb_view **views, uint32_t n, struct plb_into *st, uint32_t *ring, int *err);
+int plb_pb_wait_into(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb, uint32_t n, struct plb_into *st, uint32_t *ring, int *err);
 void plb_waiter_wake(struct plb_waiter *w);
 void plb_waiter_close(struct plb_waiter *w);
 int plb_fill_hole(void *addr, size_t len);

@@ -154,8 +154,27 @@ int plb_pb_wait_call(struct plb_waiter *w, int timeout_ms, struct perf_buffer *p
 	return PLB_DRAIN_CALLED;
 }
 
-int plb_rb_wait_into(struct plb_waiter *w, int timeout_ms, struct plb_rb_view **views, uint32_t n,
-		     struct plb_into *st, uint32_t *ring, int *err)
+/* One ring's fill for plb_wait_fill: ring i of rings, into st (plb_into_rb's results). */
+typedef int (*plb_ring_fill)(void *rings, uint32_t i, struct plb_into *st);
+
+static int plb_rb_fill(void *views, uint32_t i, struct plb_into *st)
+{
+	return plb_into_rb(((struct plb_rb_view **)views)[i], st);
+}
+
+static int plb_pb_fill(void *pb, uint32_t i, struct plb_into *st)
+{
+	void *base;
+	size_t size;
+	int err = perf_buffer__buffer(pb, (int)i, &base, &size);
+
+	return err < 0 ? err : plb_into_perf(base, size, st);
+}
+
+/* plb_rb_wait_into and plb_pb_wait_into: the wait, then fill(rings, i, st)
+ * for i from *ring on (see plb_wait.h). */
+static int plb_wait_fill(struct plb_waiter *w, int timeout_ms, plb_ring_fill fill, void *rings,
+			 uint32_t n, struct plb_into *st, uint32_t *ring, int *err)
 {
 	int ready = timeout_ms == 0 ? 1 : plb_waiter_wait(w, timeout_ms);
 	uint32_t i;
@@ -165,7 +184,8 @@ int plb_rb_wait_into(struct plb_waiter *w, int timeout_ms, struct plb_rb_view **
 	if (ready <= 0)
 		return ready;
 	for (i = *ring; i < n; i++) {
-		rc = plb_into_rb(views[i], st);
+		st->stop = PLB_INTO_EMPTY;
+		rc = fill(rings, i, st);
 		if (rc < 0 && !st->n) {
 			*err = rc;
 			break;
@@ -177,6 +197,19 @@ int plb_rb_wait_into(struct plb_waiter *w, int timeout_ms, struct plb_rb_view **
 	/* One value to test on the way back from a wake-up: the caller reads *ring,
 	 * *err and st->stop only when this says a ring stopped short. */
 	return i < n && st->stop != PLB_INTO_FULL ? PLB_INTO_STOPPED : ready;
+}
+
+int plb_rb_wait_into(struct plb_waiter *w, int timeout_ms, struct plb_rb_view **views, uint32_t n,
+		     struct plb_into *st, uint32_t *ring, int *err)
+{
+	return plb_wait_fill(w, timeout_ms, plb_rb_fill, views, n, st, ring, err);
+}
+
+int plb_pb_wait_into(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb, uint32_t n,
+		     struct plb_into *st, uint32_t *ring, int *err)
+{
+	/* After any wake-up every ring is read, for the reason plb_pb_wait_drain gives. */
+	return plb_wait_fill(w, timeout_ms, plb_pb_fill, pb, n, st, ring, err);
 }
 
 void plb_waiter_wake(struct plb_waiter *w)

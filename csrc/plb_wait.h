@@ -95,7 +95,8 @@ int plb_rb_wait_call(struct plb_waiter *w, int timeout_ms, struct ring_buffer *r
 int plb_pb_wait_call(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb,
 		     struct plb_batch *b, int *drained, void *reader);
 
-/* plb_rb_wait_into's result when a ring stopped short: an odd record or an error. */
+/* plb_rb_wait_into's / plb_pb_wait_into's result when a ring stopped short (an odd record, a
+ * lost-samples notice, an error). */
 enum plb_into_wait { PLB_INTO_STOPPED = 2 };
 
 /* RingBuffer.read_into's wait and fill in one C call, as plb_rb_wait_drain is
@@ -113,6 +114,13 @@ enum plb_into_wait { PLB_INTO_STOPPED = 2 };
  * signal, else -errno (no fill); or PLB_INTO_STOPPED when the fill ran and
  * stopped at *ring for an odd record or an error. */
 int plb_rb_wait_into(struct plb_waiter *w, int timeout_ms, struct plb_rb_view **views, uint32_t n,
+		     struct plb_into *st, uint32_t *ring, int *err);
+/* The same for PerfBuffer.read_into: the rings are the perf_buffer's slots 0..n-1
+ * (perf_buffer__buffer, plb_into_perf), every one read after any wake-up (the
+ * waiter watches the rings' perf event fds, as for plb_pb_wait_drain). A ring
+ * also stops short for a lost-samples notice (st->stop PLB_INTO_LOST, its
+ * count in st->lost), and perf_buffer__buffer's failure is that ring's error. */
+int plb_pb_wait_into(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb, uint32_t n,
 		     struct plb_into *st, uint32_t *ring, int *err);
 
 /* Wake every waiter, now and later; safe from any thread. */

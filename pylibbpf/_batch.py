@@ -845,21 +845,31 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
                 left = _check.remaining_ms(deadline)
                 woken = woken + 1 if left != 0 and self._wait_rows(into, left) else 0
 
-    def _wait_rows(self, into: _into.Into, timeout_ms: int) -> bool:
-        """read_into's wait (lock held, ``timeout_ms`` > 0): True when ready, False on timeout.
+    def _drain_rows(self, into: _into.Into) -> None:
+        """read_into's fill without a wait (lock held): every ring, straight into ``into``'s rows."""
+        self._wait_rows(into, 0)
 
-        Here the wait alone: the loop drains next (:meth:`_drain_rows`). A reader
-        whose C call can fill ``into`` on the same call as the wait overrides it,
-        so that after a wakeup no Python runs before the records are in the rows.
-        """
-        return self._wait(timeout_ms)
+    def _wait_rows(self, into: _into.Into, timeout_ms: int) -> bool:
+        """read_into's wait and fill (lock held; ``timeout_ms`` 0: no wait), one C call for both,
+        so that after a wakeup no Python runs before the records are in the rows
+        (:meth:`_into.Into.wait_fill`): True when the rings were ready, False on timeout."""
+        call, rings, n = self._into_rings()
+        waiter = self._waiter
+        if waiter is None:
+            raise ClosedError(self._what)
+        return into.wait_fill(call, waiter, timeout_ms, rings, n, self._into_tag, self._lost_notice, self._what)
+
+    def _into_rings(self) -> tuple[Callable[..., int], Any, int]:
+        """read_into's C call (``plb_rb_wait_into``/``plb_pb_wait_into``), the rings it reads and
+        how many (subclasses; lock held)."""
+        raise TypeError(f"{type(self).__name__} has no read_into")
+
+    def _into_tag(self, i: int) -> int:
+        """The tag of the C call's ring ``i`` in what read_into hands back: its index here."""
+        return i
 
     def _lost_notice(self, ring: int, count: int) -> None:
         """A lost-samples notice met by read_into (perf buffers override)."""
-
-    def _drain_rows(self, into: _into.Into) -> None:
-        """Copy records from the kernel rings straight into ``into``'s rows (lock held; subclasses)."""
-        raise TypeError(f"{type(self).__name__} has no read_into")
 
     async def _records(self) -> AsyncIterator[tuple[Batch, int]]:
         """``(batch, i)`` for every record, for ``events()``; ends quietly when closed.

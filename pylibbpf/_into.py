@@ -10,10 +10,11 @@ reader's ``struct plb_into`` and the records of another size it handed back
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import _check, _shim
+from . import _check, _libbpf, _shim
 from ._ffi import ffi, lib
 from .errors import BPFError
 
@@ -124,10 +125,11 @@ def column(value: object, rows: Rows, width: int, name: str) -> CData:
 class Into:
     """A reader's ``struct plb_into`` and the odd records it handed back (one caller at a time)."""
 
-    __slots__ = ("odd", "odd_count", "rows", "st")
+    __slots__ = ("err", "odd", "odd_count", "ring", "rows", "st")
 
     def __init__(self) -> None:
         self.st = _shim.plb_into_new()
+        self.ring, self.err = ffi.new("uint32_t *"), ffi.new("int *")  # wait_fill's out-arguments
         self.odd: list[OddRecord] = []
         self.odd_count = 0
         self.rows: Rows | None = None
@@ -222,6 +224,44 @@ class Into:
                 on_lost(ring, int(st.lost))
             else:
                 return
+
+    def wait_fill(self, call: Callable[..., int], waiter: Any, timeout_ms: int, rings: Any, n: int,
+                  tag_of: Callable[[int], int], on_lost: Callable[[int, int], None], what: str) -> bool:
+        """Wait up to ``timeout_ms`` (0: not at all) on ``waiter`` (a ``_close.Waiter``), then fill the
+        rows from the ``n`` rings ``rings``, in one C call: ``call`` is ``plb_rb_wait_into`` or
+        ``plb_pb_wait_into`` (csrc/plb_wait.h). Returns False on timeout (nothing filled), else True.
+
+        Each ring is read until it is empty, ring 0 first. A ring that stops short
+        is handled here, then the fill goes on from it without waiting: an odd
+        record is kept (:meth:`take_odd`, tagged ``tag_of(i)``: the ring index or
+        the CPU), a lost-samples notice goes to ``on_lost(tag, count)``. BPFError
+        when a ring fails before any row is filled (a failure after rows is met
+        again by the next call); ClosedError (from ``waiter.after``) when the
+        reader is closed during the wait; a signal's handler runs, then the wait
+        goes on for the time left.
+        """
+        st, ring, err = self.st, self.ring, self.err
+        ring[0] = 0
+        start = time.monotonic() if timeout_ms > 0 else 0.0
+        ret = call(waiter.ptr, timeout_ms, rings, n, st, ring, err)
+        if ret == 1:  # the usual result (every ring empty, or the rows full): nothing else to read
+            return True
+        if ret <= 0:
+            if ret == 0:
+                return False
+            # A signal's retry waits for the time left through the same call.
+            if not waiter.after(ret, timeout_ms, start, what, lambda w, ms: call(w, ms, rings, n, st, ring, err)):
+                return False
+        while ring[0] < n and st.stop != lib.PLB_INTO_FULL:  # PLB_INTO_STOPPED: a ring stopped short
+            if err[0]:
+                raise _libbpf.error(-err[0], f"{what}.read_into: ring {int(ring[0])}")
+            tag = tag_of(int(ring[0]))
+            if st.stop == lib.PLB_INTO_LOST:
+                on_lost(tag, int(st.lost))
+            else:
+                self.take_c_odd(tag)
+            call(waiter.ptr, 0, rings, n, st, ring, err)  # on from that ring
+        return True
 
     def take_c_odd(self, ring: int, timestamp: int = 0, flags: int = 0) -> None:
         """Keep the record the last C fill copied to ``st.odd``."""

@@ -324,6 +324,10 @@ def plb_into_rb(view: CData, st: CData, what: str) -> int:
 #: wrapper: it runs between a wakeup and read_into's return.
 plb_rb_wait_into = lib.plb_rb_wait_into
 
+#: ``plb_pb_wait_into(waiter, timeout_ms, pb, n, into, ring, err) -> int``: the same over the perf_buffer
+#: ``pb``'s ``n`` CPU rings (a ring also stops short for a lost-samples notice).
+plb_pb_wait_into = lib.plb_pb_wait_into
+
 
 def plb_into_perf(base: CData, size: int, st: CData, what: str) -> int:
     """Rows written from one perf ring (``perf_buffer__buffer``'s base and size); BPFError as plb_into_rb."""

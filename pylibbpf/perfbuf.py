@@ -18,11 +18,11 @@ import math
 import mmap
 import os
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from itertools import islice
 from typing import Any
 
-from . import _check, _close, _into, _libbpf, _shim
+from . import _check, _close, _libbpf, _shim
 from ._batch import Batch, BatchReader, CDrain, Record, RecordReader, any_nonzero
 from ._close import Callback, Waiter, current_pid
 from ._ffi import ffi, lib
@@ -230,15 +230,13 @@ class PerfBuffer(BatchReader):
         """read_into: a lost-samples notice is counted in ``lost_samples`` (no callback is called)."""
         self.lost_samples += count
 
-    def _drain_rows(self, into: _into.Into) -> None:
-        """read_into: every CPU's ring in slot order, straight into the rows (lock held)."""
-        st = into.st
-        for i, cpu in enumerate(self._cpus):
-            base, size = _libbpf.perf_buffer__buffer(self._pb, i, f"perf_buffer__buffer({i})")
-            into.drain(_shim.plb_into_perf, (base, size, st, "PerfBuffer.read_into: plb_into_perf"), cpu,
-                       self._lost_notice)
-            if into.full:
-                return
+    def _into_rings(self) -> tuple[Callable[..., int], Any, int]:
+        """read_into's C call and rings: every CPU's ring, in slot order."""
+        return _shim.plb_pb_wait_into, self._pb, len(self._cpus)
+
+    def _into_tag(self, i: int) -> int:
+        """Ring slot ``i``'s CPU."""
+        return self._cpus[i]
 
     def _release(self) -> None:
         self._pb = None

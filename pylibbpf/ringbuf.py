@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import errno
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from itertools import islice
 from typing import Any
 
-from . import _check, _close, _into, _libbpf, _shim
+from . import _check, _close, _libbpf, _shim
 from ._batch import Batch, BatchReader
 from ._close import Callback, Closable, Waiter
 from ._ffi import ffi, lib
@@ -79,7 +79,6 @@ class RingBuffer(BatchReader):
         self._pending: Batch | None = None
         self._mapped: list[RingBufMaps] = []  # read_into's own mappings of the rings, made on first use
         self._into_views: Any = None           # and their views, as the array plb_rb_wait_into takes
-        self._into_ring, self._into_err = ffi.new("uint32_t *"), ffi.new("int *")
         self._drained = ffi.new("int *")
         self._drain_c = _shim.plb_rb_wait_drain
         self._call_c = _shim.plb_rb_wait_call
@@ -202,27 +201,10 @@ class RingBuffer(BatchReader):
         finally:
             batch.next = i
 
-    def _drain_rows(self, into: _into.Into) -> None:
-        """read_into's fill without a wait (lock held): :meth:`_fill_rows_c` with timeout 0."""
-        self._fill_rows_c(into, 0)
-
-    def _wait_rows(self, into: _into.Into, timeout_ms: int) -> bool:
-        """read_into's wait and fill in one C call (lock held): True when the rings were ready."""
-        return self._fill_rows_c(into, timeout_ms)
-
-    def _fill_rows_c(self, into: _into.Into, timeout_ms: int) -> bool:
-        """Wait up to ``timeout_ms`` (0: not at all), then fill ``into``'s rows from every ring in
-        turn, ring 0 first, each until it is empty: ``plb_rb_wait_into``, one C call for the wait
-        and the copies. Returns False on timeout (nothing filled), else True.
-
-        Each ring is read through its own mapping (``plb_rb_map``, made on first
-        use); libbpf's ring_buffer and these mappings share the ring's consumer
-        page, so read_into and poll/read_batch may alternate on one RingBuffer.
-        A record of another size stops the C call; it is kept (``take_odd``) and
-        the call goes on from that ring without waiting. BPFError when a ring
-        fails before any row is filled (a failure after rows is met again by
-        the next call); ClosedError when closed during the wait.
-        """
+    def _into_rings(self) -> tuple[Callable[..., int], Any, int]:
+        """read_into's C call and rings: each ring through its own mapping (``plb_rb_map``, made
+        on first use). libbpf's ring_buffer and these mappings share the ring's consumer
+        page, so read_into and poll/read_batch may alternate on one RingBuffer."""
         views = self._into_views
         n = len(self._maps)
         if views is None or len(views) != n:
@@ -230,29 +212,7 @@ class RingBuffer(BatchReader):
             while len(mapped) < n:
                 mapped.append(RingBufMaps([self._maps[len(mapped)]]))
             views = self._into_views = ffi.new("struct plb_rb_view *[]", [m.views[0] for m in mapped])
-        waiter = self._waiter
-        if waiter is None:
-            raise ClosedError(self._what)
-        st, ring, err = into.st, self._into_ring, self._into_err
-        ring[0] = 0
-        start = time.monotonic() if timeout_ms > 0 else 0.0
-        ret = _shim.plb_rb_wait_into(waiter.ptr, timeout_ms, views, n, st, ring, err)
-        if ret == 1:
-            return True
-        if ret <= 0:
-            if ret == 0:
-                return False
-            # A signal's retry (Waiter.after) waits for the time left through the same call;
-            # it comes back with 1 (ready) or STOPPED as True.
-            if not waiter.after(ret, timeout_ms, start, self._what,
-                                lambda w, ms: _shim.plb_rb_wait_into(w, ms, views, n, st, ring, err)):
-                return False
-        while ring[0] < n and st.stop != lib.PLB_INTO_FULL:  # a ring stopped short
-            if err[0]:
-                raise _libbpf.error(-err[0], "RingBuffer.read_into: plb_into_rb")
-            into.take_c_odd(int(ring[0]))
-            _shim.plb_rb_wait_into(waiter.ptr, 0, views, n, st, ring, err)  # on from that ring
-        return True
+        return _shim.plb_rb_wait_into, views, n
 
     def _release(self) -> None:
         _libbpf.ring_buffer__free(self._rb)

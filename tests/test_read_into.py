@@ -305,6 +305,32 @@ def test_perfbuffer_padding_odd_sizes_and_cpus(obj: BPFObject, prog: Program) ->
         assert pb.odd_records == 1
 
 
+def test_perfbuffer_blocked_read_into_is_filled_by_the_wakeups_call(obj: BPFObject, prog: Program) -> None:
+    """PerfBuffer.read_into waits and fills every CPU's ring in one C call: samples written on the
+    last CPU while it waits, an odd one first, come back as rows and a kept record."""
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    pb = PerfBuffer(obj.maps["events"], ignore)
+    with pb:
+        def emit() -> None:
+            time.sleep(0.05)
+            emit_ordered(prog, 1, seq=60, extra=9, target=ORD_PERF, cpu=cpu)
+            emit_ordered(prog, 2, seq=50, target=ORD_PERF, cpu=cpu)
+
+        t = threading.Thread(target=emit)
+        t.start()
+        out = np.zeros(4, EV)
+        try:
+            n = pb.read_into(out, timeout=60)
+            deadline = time.monotonic() + 60  # the odd sample's wakeup may come before the others
+            while n < 2 and time.monotonic() < deadline:
+                n += pb.read_into(out[n:], timeout=0.5)
+        finally:
+            t.join(60)
+        assert n == 2 and out["seq"][:2].tolist() == [50, 51] and (out["cpu"][:2] == cpu).all()
+        assert [(seq_of(o), o.ring) for o in pb.take_odd()] == [(60, cpu)]
+        assert pb.read_into(out, timeout=0) == 0
+
+
 def test_perfbuffer_lost_samples_counted(obj: BPFObject, prog: Program) -> None:
     pb = PerfBuffer(obj.maps["events"], ignore, page_cnt=1)
     with pb:
