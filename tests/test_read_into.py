@@ -146,6 +146,18 @@ def test_ringbuffer_plain_buffer_and_event_def(obj: BPFObject, prog: Program) ->
         assert rb.read_into(np.zeros(0, EV), timeout=None) == 0  # no rows: no wait
 
 
+def test_ringbuffer_rows_of_any_typed_c_contiguous_buffer(obj: BPFObject, prog: Program) -> None:
+    """A 2-d array's rows are its elements in C order; a memoryview of an array is its array."""
+    rb = RingBuffer(obj.maps["rb0"], ignore)
+    with rb:
+        emit_ordered(prog, 5, seq=10, target=ORD_RB0)
+        grid = np.zeros((2, 2), EV)
+        assert rb.read_into(grid, timeout=30) == 4
+        assert grid["seq"].tolist() == [[10, 11], [12, 13]]
+        flat = np.zeros(3, EV)
+        assert rb.read_into(memoryview(flat), timeout=30) == 1 and int(flat["seq"][0]) == 14
+
+
 def test_ringbuffer_blocks_until_data_and_times_out(obj: BPFObject, prog: Program) -> None:
     rb = RingBuffer(obj.maps["rb0"], ignore)
     with rb:
@@ -441,8 +453,14 @@ def test_bad_arguments(obj: BPFObject) -> None:
             rb.read_into(ro)
         with pytest.raises(ValueError, match="C-contiguous"):
             rb.read_into(np.zeros(4, EV)[::2])
+        with pytest.raises(ValueError, match="C-contiguous"):
+            rb.read_into(np.zeros((2, 2), EV, order="F"))
         with pytest.raises(ValueError, match="record_size"):
             rb.read_into(bytearray(64))
+        with pytest.raises(ValueError, match="record_size"):
+            rb.read_into(np.zeros(64, np.uint8))  # one-byte items: plain bytes
+        with pytest.raises(ValueError, match="record_size"):
+            rb.read_into(np.zeros((), EV))  # 0-d
         with pytest.raises(ValueError, match="record_size is 24 bytes but out's items are 32"):
             rb.read_into(np.zeros(2, EV), record_size=24)
         with pytest.raises(ValueError, match="record_size must be >= 1, got 0"):
