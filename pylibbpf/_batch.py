@@ -833,7 +833,7 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
                     return
                 if not woken:
                     woken = 1 if self._wait_rows(into, left) else 0
-                    if into.st.n:  # filled by the wait's own call (RingBuffer)
+                    if into.st.n:  # filled by the C call that waited
                         return
                     continue
             # Woken, yet nothing readable: a reserved record at the head keeps a ring

@@ -318,10 +318,10 @@ def plb_into_rb(view: CData, st: CData, what: str) -> int:
 #: ``plb_rb_wait_into(waiter, timeout_ms, views, n, into, ring, err) -> int``: RingBuffer.read_into's
 #: wait (up to ``timeout_ms``; 0: none) and fill of ``into``'s rows from ``views[ring[0]:n]`` (an array of
 #: ``struct plb_rb_view *``) in one C call. Returns the wait's result unchecked, as
-#: :func:`plb_waiter_wait` (the caller handles -EINTR and -ECANCELED); when it is 1 the fill ran and
-#: ``ring[0]`` is the ring it stopped at (``n`` when every ring is empty), ``err[0]`` that ring's
-#: -errno when it failed with no row filled (else 0). The compiled function itself, not a
-#: wrapper: it runs between a wakeup and read_into's return.
+#: :func:`plb_waiter_wait` (the caller handles -EINTR and -ECANCELED): 1 when the fill ran and every
+#: ring is empty or the rows are full, PLB_INTO_STOPPED when it ran and stopped short at ring
+#: ``ring[0]`` (an odd record in ``into.odd``, or ``err[0]``: that ring's -errno, no row filled).
+#: The compiled function itself, not a wrapper: it runs between a wakeup and read_into's return.
 plb_rb_wait_into = lib.plb_rb_wait_into
 
 #: ``plb_pb_wait_into(waiter, timeout_ms, pb, n, into, ring, err) -> int``: the same over the perf_buffer
