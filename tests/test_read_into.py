@@ -13,12 +13,23 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
-from progs import ORD_EVENT, ORD_PERF, ORD_RB0, ORD_RB1, emit_ordered, old_ts, signal_thrice
+from progs import (
+    ORD_EVENT,
+    ORD_PERF,
+    ORD_RB0,
+    ORD_RB1,
+    blocked_in_epoll,
+    emit_ordered,
+    old_ts,
+    signal_thrice,
+    wait_until,
+)
 
 from pylibbpf import (
     FLAG_LATE,
@@ -174,29 +185,57 @@ def test_ringbuffer_blocks_until_data_and_times_out(obj: BPFObject, prog: Progra
         assert result == [1] and int(out["seq"][0]) == 77
 
 
-def test_ringbuffer_blocked_read_into_keeps_an_odd_record_and_reads_the_later_rings(
-        obj: BPFObject, prog: Program) -> None:
-    """The wait and the fill are one C call: a wakeup by an odd record on ring 0 keeps it and goes
-    on to ring 1, whatever the wakeup saw first."""
-    rb = RingBuffer(obj.maps["rb0"], ignore)
-    with rb:
-        rb.add(obj.maps["rb1"], ignore)
+def _read_into_in_a_thread(reader: RingBuffer | PerfBuffer, out: np.ndarray) -> tuple[threading.Thread, list[object]]:
+    """``reader.read_into(out)`` without a timeout in a thread, returned once that thread sleeps in
+    epoll_wait (or has ended): the thread, and the list that gets its result or exception."""
+    tids: list[int] = []
+    result: list[object] = []
 
-        def emit() -> None:
-            time.sleep(0.05)
-            emit_ordered(prog, 1, seq=60, extra=8, target=ORD_RB0)
-            emit_ordered(prog, 2, seq=50, target=ORD_RB1)
-
-        t = threading.Thread(target=emit)
-        t.start()
-        out = np.zeros(4, EV)
+    def run() -> None:
+        tids.append(threading.get_native_id())
         try:
-            n = rb.read_into(out, timeout=60)
-        finally:
-            t.join(60)
+            result.append(reader.read_into(out, timeout=None))
+        except BaseException as e:
+            result.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert wait_until(lambda: bool(tids) and (blocked_in_epoll(tids[0]) or not t.is_alive()))
+    return t, result
+
+
+def _reader_with_a_last_ring(obj: BPFObject, prog: Program, kind: str) -> tuple[Any, int, Callable[..., None]]:
+    """A RingBuffer of rb0 and rb1, or a PerfBuffer; the tag of its last ring (ring buffer 1, the
+    last CPU) and ``emit(count, **kw)`` writing there."""
+    if kind == "ring":
+        rb = RingBuffer(obj.maps["rb0"], ignore)
+        rb.add(obj.maps["rb1"], ignore)
+        return rb, 1, lambda count, **kw: emit_ordered(prog, count, target=ORD_RB1, **kw)
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    return (PerfBuffer(obj.maps["events"], ignore), cpu,
+            lambda count, **kw: emit_ordered(prog, count, target=ORD_PERF, cpu=cpu, **kw))
+
+
+@pytest.mark.parametrize("kind", ["ring", "perf"])
+def test_a_blocked_read_into_is_filled_by_the_call_that_waited(obj: BPFObject, prog: Program, kind: str) -> None:
+    """The wait and the fill are one C call (plb_rb_wait_into / plb_pb_wait_into): records written
+    on the last ring once the reader sleeps in epoll_wait, an odd one first, come back as rows and a
+    kept record, the rings before it read on the way."""
+    reader, tag, emit = _reader_with_a_last_ring(obj, prog, kind)
+    with reader:
+        out = np.zeros(4, EV)
+        t, result = _read_into_in_a_thread(reader, out)
+        emit(1, seq=60, extra=9)
+        emit(2, seq=50)
+        t.join(60)
+        assert not t.is_alive() and len(result) == 1 and type(result[0]) is int
+        n = result[0]
+        deadline = time.monotonic() + 60  # a wakeup may come between the two records of one emit
+        while n < 2 and time.monotonic() < deadline:
+            n += reader.read_into(out[n:], timeout=0.5)
         assert n == 2 and out["seq"][:2].tolist() == [50, 51]
-        assert [(o.row, o.ring, seq_of(o)) for o in rb.take_odd()] == [(0, 0, 60)]
-        assert rb.read_into(out, timeout=0) == 0
+        assert [(o.row, o.ring, seq_of(o)) for o in reader.take_odd()] == [(0, tag, 60)]
+        assert reader.read_into(out, timeout=0) == 0
 
 
 def test_ringbuffer_a_signal_whose_handler_returns_resumes_a_blocked_read_into(
@@ -224,24 +263,15 @@ def test_ringbuffer_a_signal_whose_handler_returns_resumes_a_blocked_read_into(
     assert len(handled) == 6
 
 
-def test_ringbuffer_close_wakes_a_blocked_read_into(obj: BPFObject) -> None:
-    rb = RingBuffer(obj.maps["rb0"], ignore)
-    errors: list[BaseException] = []
-
-    def reader() -> None:
-        try:
-            rb.read_into(np.zeros(4, EV), timeout=None)
-        except BaseException as e:
-            errors.append(e)
-
-    t = threading.Thread(target=reader)
-    t.start()
-    time.sleep(0.1)
-    rb.close()
+@pytest.mark.parametrize("kind", ["ring", "perf"])
+def test_close_wakes_a_blocked_read_into(obj: BPFObject, prog: Program, kind: str) -> None:
+    reader, _, _ = _reader_with_a_last_ring(obj, prog, kind)
+    t, result = _read_into_in_a_thread(reader, np.zeros(4, EV))
+    reader.close()
     t.join(60)
-    assert not t.is_alive() and len(errors) == 1 and isinstance(errors[0], ClosedError)
+    assert not t.is_alive() and len(result) == 1 and isinstance(result[0], ClosedError)
     with pytest.raises(ClosedError):
-        rb.read_into(np.zeros(4, EV), timeout=0)
+        reader.read_into(np.zeros(4, EV), timeout=0)
 
 
 def test_ringbuffer_read_into_from_its_own_callback(obj: BPFObject, prog: Program) -> None:
@@ -315,32 +345,6 @@ def test_perfbuffer_padding_odd_sizes_and_cpus(obj: BPFObject, prog: Program) ->
         odd = pb.take_odd()
         assert [(seq_of(o), o.ring, len(o.data)) for o in odd] == [(90, cpus[0], 44)]
         assert pb.odd_records == 1
-
-
-def test_perfbuffer_blocked_read_into_is_filled_by_the_wakeups_call(obj: BPFObject, prog: Program) -> None:
-    """PerfBuffer.read_into waits and fills every CPU's ring in one C call: samples written on the
-    last CPU while it waits, an odd one first, come back as rows and a kept record."""
-    cpu = sorted(os.sched_getaffinity(0))[-1]
-    pb = PerfBuffer(obj.maps["events"], ignore)
-    with pb:
-        def emit() -> None:
-            time.sleep(0.05)
-            emit_ordered(prog, 1, seq=60, extra=9, target=ORD_PERF, cpu=cpu)
-            emit_ordered(prog, 2, seq=50, target=ORD_PERF, cpu=cpu)
-
-        t = threading.Thread(target=emit)
-        t.start()
-        out = np.zeros(4, EV)
-        try:
-            n = pb.read_into(out, timeout=60)
-            deadline = time.monotonic() + 60  # the odd sample's wakeup may come before the others
-            while n < 2 and time.monotonic() < deadline:
-                n += pb.read_into(out[n:], timeout=0.5)
-        finally:
-            t.join(60)
-        assert n == 2 and out["seq"][:2].tolist() == [50, 51] and (out["cpu"][:2] == cpu).all()
-        assert [(seq_of(o), o.ring) for o in pb.take_odd()] == [(60, cpu)]
-        assert pb.read_into(out, timeout=0) == 0
 
 
 def test_perfbuffer_lost_samples_counted(obj: BPFObject, prog: Program) -> None:
