@@ -10,6 +10,7 @@ reader's ``struct plb_into`` and the records of another size it handed back
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -66,7 +67,25 @@ def _writable(value: object, name: str) -> memoryview:
     if not view.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous, got a strided {type(value).__name__} "
                          f"(shape {view.shape}, strides {view.strides})")
+    if _holds_objects(value, view):
+        raise TypeError(f"{name} must not hold Python objects: its items (format {view.format!r}) hold "
+                        f"references, which record bytes would overwrite")
     return view
+
+
+#: A buffer format's field names (``:name:``, PEP 3118), dropped before looking for the object code.
+_FIELD_NAMES = re.compile(r":[^:]*:")
+
+
+def _holds_objects(value: object, view: memoryview) -> bool:
+    """Whether ``value``'s items hold Python object references (numpy's ``O``, in any field).
+
+    Such a buffer exports its pointers as plain bytes: record bytes written there
+    would be followed as references later (a crash when the array is printed or freed).
+    """
+    if getattr(getattr(value, "dtype", None), "hasobject", False):
+        return True
+    return "O" in _FIELD_NAMES.sub("", view.format)
 
 
 def _plain_bytes(view: memoryview) -> bool:
@@ -108,9 +127,9 @@ class Rows:
         self.ptr = ffi.from_buffer("uint8_t[]", out, require_writable=True) if view.nbytes else ffi.NULL
 
     def _typed(self, out: object) -> bool:
-        """The usual call, a typed array of one or more dimensions (a numpy array, a memoryview
-        of one) without ``record_size``: its rows from one buffer export, True; False for the
-        full check (:meth:`__init__`'s, whose messages name what is wrong).
+        """The usual call, a numpy array of one or more dimensions whose items hold no Python
+        objects, without ``record_size``: its rows from one buffer export, True; False for
+        the full check (:meth:`__init__`'s, whose messages name what is wrong).
 
         Every read_into makes its Rows, and a memoryview of a numpy structured array
         rebuilds the dtype's format string each time: 1.8 of the full check's 2.7 us.
@@ -118,6 +137,9 @@ class Rows:
         refuse what the full check refuses (read-only, not C-contiguous); items of one
         byte (plain bytes need ``record_size``) and 0-d arrays go to the full check.
         """
+        dtype = getattr(out, "dtype", None)
+        if dtype is None or getattr(dtype, "hasobject", True):  # numpy arrays of plain data only
+            return False
         size = getattr(out, "itemsize", 0)
         if type(size) is not int or size < 2 or not getattr(out, "ndim", 0):
             return False

@@ -167,6 +167,9 @@ def test_ringbuffer_rows_of_any_typed_c_contiguous_buffer(obj: BPFObject, prog: 
         assert grid["seq"].tolist() == [[10, 11], [12, 13]]
         flat = np.zeros(3, EV)
         assert rb.read_into(memoryview(flat), timeout=30) == 1 and int(flat["seq"][0]) == 14
+        emit_ordered(prog, 1, seq=15, target=ORD_RB0)
+        named = np.zeros(2, [("ts", "<u8"), ("Obj", "<u8"), ("cpu", "<u4"), ("tag", "<u4"), ("gseq", "<u8")])
+        assert rb.read_into(named, timeout=30) == 1 and int(named["Obj"][0]) == 15  # a field named O..., no object
 
 
 def test_ringbuffer_blocks_until_data_and_times_out(obj: BPFObject, prog: Program) -> None:
@@ -465,6 +468,13 @@ def test_bad_arguments(obj: BPFObject) -> None:
             rb.read_into(np.zeros(64, np.uint8))  # one-byte items: plain bytes
         with pytest.raises(ValueError, match="record_size"):
             rb.read_into(np.zeros((), EV))  # 0-d
+        # items holding Python references: record bytes there would be followed as pointers
+        for holds_objects in (np.zeros(4, object), np.zeros(4, [("seq", "<u8"), ("ref", "O"), ("pad", "V16")]),
+                              memoryview(np.zeros(4, object))):
+            with pytest.raises(TypeError, match="out must not hold Python objects"):
+                rb.read_into(holds_objects, timeout=0)
+            with pytest.raises(TypeError, match="out must not hold Python objects"):
+                rb.read_into(holds_objects, timeout=0, record_size=32)
         with pytest.raises(ValueError, match="record_size is 24 bytes but out's items are 32"):
             rb.read_into(np.zeros(2, EV), record_size=24)
         with pytest.raises(ValueError, match="record_size must be >= 1, got 0"):
