@@ -814,44 +814,44 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
             calls.leave()
 
     def _fill_rows(self, into: _into.Into, deadline: float | None) -> None:
-        """read_into's loop: pending records, then the rings, waiting until a row is written."""
+        """read_into's loop: pending records first, then the rings, until a row is written or
+        ``deadline`` passes.
+
+        The first fill does not wait: records may be there with no wakeup to come
+        (a perf ring reports each wakeup to one poll only). Each later one waits and
+        fills in the same C call (:meth:`_wait_rows`), so nothing is read twice.
+        """
+        if not into.st.rows:
+            return
+        timeout_ms = 0
         woken = 0  # consecutive wakeups after which nothing could be read
-        while into.st.rows:
+        while True:
             with self._lock:
                 self._check_open()
                 pending = self._pending
-                if pending is None:
-                    self._drain_rows(into)
-                elif into.put_batch(pending, self._perf_rows, self._lost_notice):  # False: rows full
-                    self._pending = None
-                    if not into.full:
-                        self._drain_rows(into)
+                if pending is not None:
+                    whole = into.put_batch(pending, self._perf_rows, self._lost_notice)  # False: rows full
+                    if whole:
+                        self._pending = None
+                    if not whole or into.full:
+                        return
+                ready = self._wait_rows(into, timeout_ms)
                 if into.st.n:
                     return
-                left = _check.remaining_ms(deadline)
-                if left == 0:
+                woken = woken + 1 if ready and timeout_ms else 0
+                timeout_ms = _check.remaining_ms(deadline)
+                if timeout_ms == 0:
                     return
-                if not woken:
-                    woken = 1 if self._wait_rows(into, left) else 0
-                    if into.st.n:  # filled by the C call that waited
-                        return
-                    continue
-            # Woken, yet nothing readable: a reserved record at the head keeps a ring
-            # buffer's fd readable until its commit; pause (lock released) instead of spinning.
-            pause = min(_BUSY_PAUSE_MAX_S, 0.0005 * (1 << min(woken, 6)))
-            time.sleep(pause if left < 0 else min(pause, left / 1000))
-            with self._lock:
-                self._check_open()
-                left = _check.remaining_ms(deadline)
-                woken = woken + 1 if left != 0 and self._wait_rows(into, left) else 0
-
-    def _drain_rows(self, into: _into.Into) -> None:
-        """read_into's fill without a wait (lock held): every ring, straight into ``into``'s rows."""
-        self._wait_rows(into, 0)
+            if woken:
+                # Woken, yet nothing readable: a reserved record at the head keeps a ring
+                # buffer's fd readable until its commit; pause (lock released) instead of spinning.
+                pause = min(_BUSY_PAUSE_MAX_S, 0.0005 * (1 << min(woken, 6)))
+                time.sleep(pause if timeout_ms < 0 else min(pause, timeout_ms / 1000))
+                timeout_ms = _check.remaining_ms(deadline)  # 0: one last fill without a wait
 
     def _wait_rows(self, into: _into.Into, timeout_ms: int) -> bool:
-        """read_into's wait and fill (lock held; ``timeout_ms`` 0: no wait), one C call for both,
-        so that after a wakeup no Python runs before the records are in the rows
+        """read_into's wait and fill of every ring (lock held; ``timeout_ms`` 0: no wait), one C
+        call for both, so that after a wakeup no Python runs before the records are in the rows
         (:meth:`_into.Into.wait_fill`): True when the rings were ready, False on timeout."""
         call, rings, n = self._into_rings()
         waiter = self._waiter

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _check, _libbpf, _shim
 from ._ffi import ffi, lib
-from .errors import BPFError
 
 CData = Any
 
@@ -251,39 +250,19 @@ class Into:
         batch.next = i
         return bool(i >= n)
 
-    def drain(self, fill: Callable[..., int], args: tuple[Any, ...], ring: int,
-              on_lost: Callable[[int, int], None] | None = None) -> None:
-        """Call ``fill(*args)`` (one C fill of this ring) until the ring is empty or the rows are full.
-
-        An odd record the C side handed back is kept (:meth:`take_odd`); a lost
-        notice goes to ``on_lost(ring, count)``.
-        """
-        st = self.st
-        while True:
-            try:
-                fill(*args)
-            except BPFError:
-                if int(st.n):
-                    return  # keep the rows: nothing past them was consumed, the next call meets it again
-                raise
-            stop = int(st.stop)
-            if stop == lib.PLB_INTO_ODD:
-                self.take_c_odd(ring)
-            elif stop == lib.PLB_INTO_LOST and on_lost is not None:
-                on_lost(ring, int(st.lost))
-            else:
-                return
-
     def wait_fill(self, call: Callable[..., int], waiter: Any, timeout_ms: int, rings: Any, n: int,
-                  tag_of: Callable[[int], int], on_lost: Callable[[int, int], None], what: str) -> bool:
-        """Wait up to ``timeout_ms`` (0: not at all) on ``waiter`` (a ``_close.Waiter``), then fill the
-        rows from the ``n`` rings ``rings``, in one C call: ``call`` is ``plb_rb_wait_into`` or
-        ``plb_pb_wait_into`` (csrc/plb_wait.h). Returns False on timeout (nothing filled), else True.
+                  tag_of: Callable[[int], int] | None = None, on_lost: Callable[[int, int], None] | None = None,
+                  what: str = "read_into") -> bool:
+        """Wait up to ``timeout_ms`` (0: not at all) on ``waiter`` (a ``_close.Waiter``; None when
+        ``timeout_ms`` is 0), then fill the rows from the ``n`` rings ``rings``, in one C call:
+        ``call`` is ``plb_rb_wait_into`` or ``plb_pb_wait_into`` (csrc/plb_wait.h). Returns False
+        on timeout (nothing filled), else True.
 
         Each ring is read until it is empty, ring 0 first. A ring that stops short
         is handled here, then the fill goes on from it without waiting: an odd
-        record is kept (:meth:`take_odd`, tagged ``tag_of(i)``: the ring index or
-        the CPU), a lost-samples notice goes to ``on_lost(tag, count)``. BPFError
+        record is kept (:meth:`take_odd`, tagged ``tag_of(i)``: the CPU of a perf
+        ring; the ring index without ``tag_of``), a lost-samples notice goes to
+        ``on_lost(tag, count)`` (only perf rings have them). BPFError
         when a ring fails before any row is filled (a failure after rows is met
         again by the next call); ClosedError (from ``waiter.after``) when the
         reader is closed during the wait; a signal's handler runs, then the wait
@@ -292,7 +271,7 @@ class Into:
         st, ring, err = self.st, self.ring, self.err
         ring[0] = 0
         start = time.monotonic() if timeout_ms > 0 else 0.0
-        ret = call(waiter.ptr, timeout_ms, rings, n, st, ring, err)
+        ret = call(ffi.NULL if waiter is None else waiter.ptr, timeout_ms, rings, n, st, ring, err)
         if ret == 1:  # the usual result (every ring empty, or the rows full): nothing else to read
             return True
         if ret <= 0:
@@ -304,12 +283,12 @@ class Into:
         while ring[0] < n and st.stop != lib.PLB_INTO_FULL:  # PLB_INTO_STOPPED: a ring stopped short
             if err[0]:
                 raise _libbpf.error(-err[0], f"{what}.read_into: ring {int(ring[0])}")
-            tag = tag_of(int(ring[0]))
-            if st.stop == lib.PLB_INTO_LOST:
-                on_lost(tag, int(st.lost))
-            else:
+            tag = int(ring[0]) if tag_of is None else tag_of(int(ring[0]))
+            if st.stop != lib.PLB_INTO_LOST:
                 self.take_c_odd(tag)
-            call(waiter.ptr, 0, rings, n, st, ring, err)  # on from that ring
+            elif on_lost is not None:
+                on_lost(tag, int(st.lost))
+            call(ffi.NULL if waiter is None else waiter.ptr, 0, rings, n, st, ring, err)  # on from that ring
         return True
 
     def take_c_odd(self, ring: int, timestamp: int = 0, flags: int = 0) -> None:

@@ -170,6 +170,7 @@ class RingBufLayout(Closable, _into.HandsBackOdd):
         self._finalizer = _close.finalizer(self, _shim.plb_rb_unmap, self._mapping)
         self._ring_turn = _ring_turn(map)
         self._view = ffi.addressof(self._mapping[0], "view")
+        self._views = ffi.new("struct plb_rb_view *[]", [self._view])  # as plb_rb_wait_into takes them
         self._records = RecordBuffer(1024, min(self._data_size, 256 * 1024))
         self._into_state: _into.Into | None = None
 
@@ -297,8 +298,8 @@ class RingBufLayout(Closable, _into.HandsBackOdd):
                     into.begin(rows)
                     try:
                         if rows.count:
-                            into.drain(_shim.plb_into_rb,
-                                       (self._view, into.st, f"plb_into_rb({self.map.name})"), 0)
+                            into.wait_fill(_shim.plb_rb_wait_into, None, 0, self._views, 1,
+                                           what=f"RingBufLayout({self.map.name})")
                     finally:
                         written = into.end()
                 left = _check.remaining_ms(deadline)

@@ -310,11 +310,6 @@ def plb_into_perf_raw_size(rec_size: int) -> int:
     return int(lib.plb_into_perf_raw_size(rec_size))
 
 
-def plb_into_rb(view: CData, st: CData, what: str) -> int:
-    """Rows written; BPFError(EBADMSG) for a corrupt head, ENOMEM, EINVAL."""
-    return check(int(lib.plb_into_rb(view, st)), what)
-
-
 #: ``plb_rb_wait_into(waiter, timeout_ms, views, n, into, ring, err) -> int``: RingBuffer.read_into's
 #: wait (up to ``timeout_ms``; 0: none) and fill of ``into``'s rows from ``views[ring[0]:n]`` (an array of
 #: ``struct plb_rb_view *``) in one C call. Returns the wait's result unchecked, as
@@ -327,11 +322,6 @@ plb_rb_wait_into = lib.plb_rb_wait_into
 #: ``plb_pb_wait_into(waiter, timeout_ms, pb, n, into, ring, err) -> int``: the same over the perf_buffer
 #: ``pb``'s ``n`` CPU rings (a ring also stops short for a lost-samples notice).
 plb_pb_wait_into = lib.plb_pb_wait_into
-
-
-def plb_into_perf(base: CData, size: int, st: CData, what: str) -> int:
-    """Rows written from one perf ring (``perf_buffer__buffer``'s base and size); BPFError as plb_into_rb."""
-    return check(int(lib.plb_into_perf(base, size, st)), what)
 
 
 def plb_into_merge(m: CData, st: CData, flags: int, what: str) -> int:
