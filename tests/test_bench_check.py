@@ -1,0 +1,97 @@
+"""The benchmark's sequence check (benchmarks/harness.py) on synthetic arrays, no kernel needed.
+
+The check is what lets a benchmark row claim no event was lost, repeated or
+reordered: its vectorised array path (``walk_array``, what the numpy, read_into,
+Arrow and ordered rows use) must count exactly what the per-event loop
+(``walk_rows``, the callback rows' logic) counts, on any sequence.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchmarks.harness import SMALL_ARRAY, STREAM_SHIFT, SeqCheck
+
+DTYPE = np.dtype([("seq", "<u8"), ("ts", "<u8"), ("pad", "V16")])
+
+
+def rows(seqs: list[int]) -> np.ndarray:
+    arr = np.zeros(len(seqs), DTYPE)
+    arr["seq"] = np.array(seqs, dtype=np.uint64)
+    return arr
+
+
+def state(check: SeqCheck) -> tuple[int, int, int, int, dict[int, int]]:
+    nexts = dict(check.next)
+    nexts[check.expect >> STREAM_SHIFT] = check.expect   # where the current stream stands
+    return check.received, check.gaps, check.seq_errors, check.expect, nexts
+
+
+def both(chunks: list[list[int]]) -> tuple[SeqCheck, SeqCheck]:
+    by_array, by_loop = SeqCheck(), SeqCheck()
+    for chunk in chunks:
+        assert by_array.walk_array(rows(chunk)) == len(chunk)
+        by_loop.walk_rows(chunk, [0] * len(chunk))
+    return by_array, by_loop
+
+
+def run_of(stream: int, start: int, n: int) -> list[int]:
+    return [(stream << STREAM_SHIFT) + start + i for i in range(n)]
+
+
+def test_consecutive_arrays_count_without_errors() -> None:
+    n = 4 * SMALL_ARRAY
+    by_array, by_loop = both([run_of(0, 0, n), run_of(0, n, n), run_of(0, 2 * n, 1)])
+    assert state(by_array) == state(by_loop) == (2 * n + 1, 0, 0, 2 * n + 1, {0: 2 * n + 1})
+
+
+def test_a_gap_a_repeat_and_a_step_back_are_counted() -> None:
+    n = 4 * SMALL_ARRAY
+    gap = run_of(0, 0, n) + run_of(0, n + 5, n)           # 5 missing in the middle
+    repeat = [*run_of(0, 2 * n + 5, n), 2 * n + 5 + n - 1]   # the last one again
+    start_late = run_of(0, 3 * n + 9, n)                  # the array's first is past the expected
+    by_array, by_loop = both([gap, repeat, start_late])
+    assert state(by_array) == state(by_loop)
+    assert by_array.gaps == 5 + 4 and by_array.seq_errors == 1
+
+
+def test_an_array_whose_first_and_last_fit_but_middle_does_not() -> None:
+    # last - first == n - 1 with a swapped pair inside: only the per-step compare sees it.
+    seqs = run_of(0, 0, 4 * SMALL_ARRAY)
+    seqs[7], seqs[8] = seqs[8], seqs[7]
+    by_array, by_loop = both([seqs])
+    assert state(by_array) == state(by_loop)
+    assert by_array.seq_errors == 1
+
+
+def test_interleaved_streams_are_each_checked() -> None:
+    a, b = run_of(0, 0, 40), run_of(1, 0, 40)
+    mixed = [s for pair in zip(a, b) for s in pair]
+    by_array, by_loop = both([mixed, run_of(1, 40, 3 * SMALL_ARRAY)])
+    assert state(by_array) == state(by_loop)
+    assert (by_array.gaps, by_array.seq_errors) == (0, 0)
+
+
+seq_steps = st.lists(st.sampled_from([1, 1, 1, 1, 0, 2, 3, -1, -5]), min_size=1, max_size=120)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=seq_steps, cuts=st.lists(st.integers(1, 60), max_size=6),
+       streams=st.lists(st.sampled_from([0, 1, 2, 1 << 13]), min_size=1, max_size=120))
+def test_array_path_counts_what_the_loop_counts(steps: list[int], cuts: list[int], streams: list[int]) -> None:
+    per_stream: dict[int, int] = {}
+    seqs = []
+    for i, step in enumerate(steps):
+        stream = streams[i % len(streams)]
+        at = max(0, per_stream.get(stream, -1) + step)
+        per_stream[stream] = at
+        seqs.append((stream << STREAM_SHIFT) + at)
+    chunks, at = [], 0
+    for cut in [*cuts, len(seqs)]:
+        if at < len(seqs):
+            chunks.append(seqs[at:at + cut])
+            at += cut
+    by_array, by_loop = both(chunks)
+    assert state(by_array) == state(by_loop)
