@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "plb_perfring.h"
+#include "plb_ringwalk.h"
 
 uint32_t plb_into_perf_raw_size(uint32_t rec_size)
 {
@@ -52,7 +53,7 @@ static inline uint8_t *plb_into_row(const struct plb_into *st)
 
 int plb_into_rb(struct plb_rb_view *v, struct plb_into *st)
 {
-	uint64_t start, pos, next, first;
+	uint64_t start, pos, next, first, prod;
 	const void *data;
 	uint32_t len;
 	int rc, err = 0;
@@ -61,13 +62,13 @@ int plb_into_rb(struct plb_rb_view *v, struct plb_into *st)
 		return -EINVAL;
 	first = st->n;
 	st->stop = PLB_INTO_EMPTY;
-	start = pos = plb_rb_consumer_pos(v);
+	start = prod = pos = plb_rb_consumer_pos(v);
 	for (;;) {
 		if (st->n >= st->rows) {
 			st->stop = PLB_INTO_FULL;
 			break;
 		}
-		rc = plb_rb_peek(v, pos, &data, &len, &next);
+		rc = plb_rb_step(v, pos, &prod, &data, &len, &next);
 		if (rc == PLB_RB_EMPTY || rc == PLB_RB_BUSY)
 			break;
 		if (rc == PLB_RB_CORRUPT) {

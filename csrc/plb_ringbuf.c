@@ -22,66 +22,27 @@
 #define _GNU_SOURCE
 #endif
 #include "plb_ringbuf.h"
+#include "plb_ringwalk.h"
 
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* round_up(len + BPF_RINGBUF_HDR_SZ, 8): the kernel's record footprint
- * (kernel/bpf/ringbuf.c __bpf_ringbuf_reserve; libbpf's roundup_len). */
-static inline uint64_t plb_rb_record_size(uint32_t len)
-{
-	return ((uint64_t)len + PLB_RB_HDR_SZ + 7) & ~(uint64_t)7;
-}
 
 /* Look at the record at consumer position pos without consuming it. */
 int plb_rb_peek(const struct plb_rb_view *v, uint64_t pos, const void **data,
 		uint32_t *len, uint64_t *next_pos)
 {
-	uint64_t prod, ring = v->mask + 1, rec;
-	const uint8_t *hdr;
-	uint32_t raw, size;
+	/* Acquire pairs with the kernel's smp_store_release(producer_pos) in
+	 * reserve: the headers of all records below prod are visible now. */
+	uint64_t prod = __atomic_load_n(v->producer_pos, __ATOMIC_ACQUIRE);
 
 	if (next_pos)
 		*next_pos = pos;
-	/* Acquire pairs with the kernel's smp_store_release(producer_pos) in
-	 * reserve: the headers of all records below prod are visible now. */
-	prod = __atomic_load_n(v->producer_pos, __ATOMIC_ACQUIRE);
 	if (prod == pos)
 		return PLB_RB_EMPTY;
-	/* Records are 8-byte aligned, and the kernel never lets the producer
-	 * run more than the ring's size ahead of the consumer (reserve fails
-	 * when new_prod_pos - cons_pos > mask). A position that violates either
-	 * (or lies beyond prod: the subtraction wraps) is not a ring we know.
-	 * Nor is less than a header reserved: every record is at least 8 bytes,
-	 * and with a ring smaller than that the header read below would run
-	 * past the mapping. */
-	if ((pos & 7) || prod - pos > ring || prod - pos < PLB_RB_HDR_SZ)
-		return PLB_RB_CORRUPT;
-
-	hdr = v->data + (pos & v->mask);
-	/* Acquire pairs with the commit's xchg on len: with BUSY clear, the
-	 * sample bytes written before the commit are visible. */
-	raw = __atomic_load_n((const uint32_t *)(const void *)hdr, __ATOMIC_ACQUIRE);
-	if (raw & PLB_RB_BUSY_BIT)
-		return PLB_RB_BUSY; /* records after a busy head are not ours yet */
-
-	size = raw & ~(PLB_RB_BUSY_BIT | PLB_RB_DISCARD_BIT);
-	rec = plb_rb_record_size(size);
-	/* The whole record was reserved before prod was published, so it must
-	 * end at or below prod; a length that runs past prod (a fortiori past
-	 * the ring) would make us read garbage or beyond the double mapping. */
-	if (rec > prod - pos)
-		return PLB_RB_CORRUPT;
-
-	if (data)
-		*data = hdr + PLB_RB_HDR_SZ;
-	if (len)
-		*len = size;
-	if (next_pos)
-		*next_pos = pos + rec;
-	return (raw & PLB_RB_DISCARD_BIT) ? PLB_RB_DISCARD : PLB_RB_RECORD;
+	return plb_rb_peek_below(v, pos, prod, data, len, next_pos);
 }
 
 /* Publish pos as the new consumer position, freeing the space below it. */
@@ -116,7 +77,7 @@ int plb_rb_read(struct plb_rb_view *v, uint8_t *out, size_t out_cap,
 		uint32_t *starts, uint32_t *lens, uint32_t max_records,
 		int consume, size_t *out_used)
 {
-	uint64_t cap, off = 0, used = 0, start, pos, next;
+	uint64_t cap, off = 0, used = 0, start, pos, next, prod;
 	uint32_t n = 0, len;
 	const void *data;
 	int err = 0, rc;
@@ -126,10 +87,10 @@ int plb_rb_read(struct plb_rb_view *v, uint8_t *out, size_t out_cap,
 		return -EINVAL;
 	*out_used = 0;
 	cap = out_cap > UINT32_MAX ? UINT32_MAX : (uint64_t)out_cap;
-	start = pos = plb_rb_consumer_pos(v);
+	start = prod = pos = plb_rb_consumer_pos(v);
 
 	while (n < max_records) {
-		rc = plb_rb_peek(v, pos, &data, &len, &next);
+		rc = plb_rb_step(v, pos, &prod, &data, &len, &next);
 		if (rc == PLB_RB_EMPTY || rc == PLB_RB_BUSY)
 			break;
 		if (rc == PLB_RB_CORRUPT) {

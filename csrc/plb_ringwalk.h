@@ -1,0 +1,85 @@
+/* plb_ringwalk.h - the per-record step of the ring buffer walkers, inline (C only, not bound).
+ *
+ * plb_rb_peek (plb_ringbuf.c) and the walkers that copy records out
+ * (plb_rb_read, plb_into_rb, plb_batch_read_rb) share this step. It is
+ * inline because it runs once per record: as a call it cost the batch drain
+ * ~15% (1.6 ns of ~11 per 32-byte record, csrc benchmarked over a synthetic
+ * ring; docs/benchmarks.md, "Seventh round"). The memory-ordering rules are
+ * plb_ringbuf.c's.
+ */
+#ifndef PLB_RINGWALK_H
+#define PLB_RINGWALK_H
+
+#include <stdint.h>
+
+#include "plb_ringbuf.h"
+
+/* round_up(len + BPF_RINGBUF_HDR_SZ, 8): the kernel's record footprint
+ * (kernel/bpf/ringbuf.c __bpf_ringbuf_reserve; libbpf's roundup_len). */
+static inline uint64_t plb_rb_record_size(uint32_t len)
+{
+	return ((uint64_t)len + PLB_RB_HDR_SZ + 7) & ~(uint64_t)7;
+}
+
+/* plb_rb_peek with producer_pos already acquire-loaded as prod (pos != prod).
+ * A prod loaded some time ago is fine: only records below it are looked at.
+ * The walkers load producer_pos once per pass over what it published, not
+ * once per record, and load it again when they catch up with it. */
+static inline int plb_rb_peek_below(const struct plb_rb_view *v, uint64_t pos, uint64_t prod,
+				    const void **data, uint32_t *len, uint64_t *next_pos)
+{
+	uint64_t ring = v->mask + 1, rec;
+	const uint8_t *hdr;
+	uint32_t raw, size;
+
+	/* Records are 8-byte aligned, and the kernel never lets the producer
+	 * run more than the ring's size ahead of the consumer (reserve fails
+	 * when new_prod_pos - cons_pos > mask). A position that violates either
+	 * (or lies beyond prod: the subtraction wraps) is not a ring we know.
+	 * Nor is less than a header reserved: every record is at least 8 bytes,
+	 * and with a ring smaller than that the header read below would run
+	 * past the mapping. */
+	if ((pos & 7) || prod - pos > ring || prod - pos < PLB_RB_HDR_SZ)
+		return PLB_RB_CORRUPT;
+
+	hdr = v->data + (pos & v->mask);
+	/* Acquire pairs with the commit's xchg on len: with BUSY clear, the
+	 * sample bytes written before the commit are visible. */
+	raw = __atomic_load_n((const uint32_t *)(const void *)hdr, __ATOMIC_ACQUIRE);
+	if (raw & PLB_RB_BUSY_BIT)
+		return PLB_RB_BUSY; /* records after a busy head are not ours yet */
+
+	size = raw & ~(PLB_RB_BUSY_BIT | PLB_RB_DISCARD_BIT);
+	rec = plb_rb_record_size(size);
+	/* The whole record was reserved before prod was published, so it must
+	 * end at or below prod; a length that runs past prod (a fortiori past
+	 * the ring) would make us read garbage or beyond the double mapping. */
+	if (rec > prod - pos)
+		return PLB_RB_CORRUPT;
+
+	if (data)
+		*data = hdr + PLB_RB_HDR_SZ;
+	if (len)
+		*len = size;
+	if (next_pos)
+		*next_pos = pos + rec;
+	return (raw & PLB_RB_DISCARD_BIT) ? PLB_RB_DISCARD : PLB_RB_RECORD;
+}
+
+/* The walkers' step: the record at pos as plb_rb_peek reports it, with *prod
+ * the producer position last acquire-loaded (load it once before the first
+ * step). Loads it again only on reaching it, so a walk over many records
+ * reads the producer's cache line once per pass, not once per record. */
+static inline int plb_rb_step(const struct plb_rb_view *v, uint64_t pos, uint64_t *prod,
+			      const void **data, uint32_t *len, uint64_t *next_pos)
+{
+	if (pos == *prod) {
+		/* Acquire, as in plb_rb_peek: pairs with the producer's release. */
+		*prod = __atomic_load_n(v->producer_pos, __ATOMIC_ACQUIRE);
+		if (pos == *prod)
+			return PLB_RB_EMPTY;
+	}
+	return plb_rb_peek_below(v, pos, *prod, data, len, next_pos);
+}
+
+#endif
