@@ -17,6 +17,7 @@ struct plb_batch {
     int err;
     size_t byte_limit;
     int full;
+    int uniform;
     ...;
 };
 struct plb_rb_collect_ctx {
@@ -31,13 +32,14 @@ uint8_t *plb_batch_take_buf(struct plb_batch *b);
 void plb_buf_free(void *p);
 uint8_t *plb_buf_alloc(uint64_t size);
 uint8_t *plb_buf_shrink(uint8_t *p, uint64_t size);
+struct plb_rb_view;
+int plb_batch_read_rb(struct plb_batch *b, struct plb_rb_view *v, uint32_t ring, uint32_t max);
 int plb_ringbuf_collect(void *ctx, void *data, size_t size);
 void plb_perfbuf_collect(void *ctx, int cpu, void *data, uint32_t size);
 void plb_perfbuf_collect_lost(void *ctx, int cpu, unsigned long long cnt);
 #define PLB_BATCH_FULL ...
 
 /* csrc/plb_wait.h */
-struct ring_buffer;
 struct perf_buffer;
 struct plb_batch;
 struct plb_rb_view;
@@ -53,10 +55,10 @@ int plb_waiter_add(struct plb_waiter *w, int fd);
 int plb_waiter_remove(struct plb_waiter *w, int fd);
 int plb_waiter_add_writable(struct plb_waiter *w, int fd);
 int plb_waiter_wait(struct plb_waiter *w, int timeout_ms);
-int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb, struct plb_batch *b, int max, int *drained);
+int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct plb_rb_view **views, uint32_t n, struct plb_batch *b, int max, int *drained);
 int plb_pb_wait_drain(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb, struct plb_batch *b, int *drained);
 extern "Python+C" void plb_py_one(void *reader, uint32_t tag, const void *data, uint32_t len);
-int plb_rb_wait_call(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb, struct plb_batch *b, int max, int *drained, void *reader);
+int plb_rb_wait_call(struct plb_waiter *w, int timeout_ms, struct plb_rb_view **views, uint32_t n, struct plb_batch *b, int max, int *drained, void *reader);
 int plb_pb_wait_call(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb, struct plb_batch *b, int *drained, void *reader);
 enum plb_into_wait { PLB_INTO_STOPPED, ... };
 int plb_rb_wait_into(struct plb_waiter *w, int timeout_ms, struct plb_rb_view **views, uint32_t n, struct plb_into *st, uint32_t *ring, int *err);

@@ -31,7 +31,17 @@ struct plb_batch {
 	int err;             /* first error met while collecting (-ENOMEM, -E2BIG), or 0 */
 	size_t byte_limit;   /* ring buffers: stop draining once this many bytes are held (0: no limit) */
 	int full;            /* set when byte_limit was reached; the drain stopped on purpose */
+	int uniform;         /* set by plb_batch_read_rb: records 1..n-1 are like record 0 (see below) */
 };
+
+/* A uniform batch (uniform != 0, n >= 2): only record 0's start/len/tag/lost
+ * are written; record i is len[0] bytes at start[0] + i * len[0] (start[0] is
+ * 0, len[0] a non-zero multiple of 8: the records lie back to back), tagged
+ * tag[0], lost 0. plb_batch_read_rb keeps a batch uniform while its records
+ * allow it, so a drain of fixed-size events writes no offsets per record
+ * (~20 bytes of the ~52 a 32-byte record cost). Anything that appends another
+ * way first writes the implicit entries out (the arrays always have room for
+ * them), so only a reader of the arrays needs to know: Python's Batch. */
 
 /* What plb_ringbuf_collect returns to stop ring_buffer__consume_n once the
  * batch holds byte_limit bytes (the record that crossed it is in the batch). */
@@ -66,6 +76,22 @@ uint8_t *plb_buf_alloc(uint64_t size);
  * where the allocator can (glibc can: it splits the block, no copy). Returns
  * the pointer to use from now on: p itself when it cannot shrink. */
 uint8_t *plb_buf_shrink(uint8_t *p, uint64_t size);
+
+struct plb_rb_view;
+
+/* Copy the committed records of one BPF ring buffer (a plb_ringbuf.h view),
+ * from its consumer position on, into the batch, tagged ring: what
+ * RingBuffer's drains do, in place of libbpf's ring_buffer__consume_n with
+ * plb_ringbuf_collect. Stops at an empty ring or a busy head, once the batch
+ * holds max records (from every ring: b->n), or after the record that takes
+ * it to byte_limit bytes (b->full set, as plb_ringbuf_collect does).
+ * Discarded records are skipped. A record that cannot be appended (out of
+ * memory: b->err) stays in the ring. The consumer position is released once,
+ * after the copies, past every record and discard taken (libbpf releases it
+ * after each record). Returns the records taken from this ring, or -EBADMSG
+ * for a corrupt head when none was taken (a corrupt head after records is
+ * met again by the next call; plb_rb_peek says what corrupt means). */
+int plb_batch_read_rb(struct plb_batch *b, struct plb_rb_view *v, uint32_t ring, uint32_t max);
 
 /* ring_buffer_sample_fn: copy one ring-buffer record into the batch. */
 int plb_ringbuf_collect(void *ctx, void *data, size_t size);

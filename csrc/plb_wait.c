@@ -89,10 +89,11 @@ static int plb_drain_result(const struct plb_batch *b, int failed, int ready)
 	return ready;
 }
 
-int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb,
+int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct plb_rb_view **views, uint32_t n,
 		      struct plb_batch *b, int max, int *drained)
 {
-	int ready;
+	int ready, rc;
+	uint32_t i;
 
 	/* Reset before the wait: the caller takes whatever the batch holds after
 	 * this call (even when its exception surfaces right after), so it must
@@ -102,10 +103,18 @@ int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *
 	ready = timeout_ms == 0 ? 1 : plb_waiter_wait(w, timeout_ms);
 	if (ready <= 0)
 		return ready;
-	*drained = ring_buffer__consume_n(rb, (size_t)max);
+	/* Ring by ring, as ring_buffer__consume_n goes, until the batch is full. */
+	for (i = 0; i < n && b->n < (uint32_t)max && !b->full && !b->err; i++) {
+		rc = plb_batch_read_rb(b, views[i], i, (uint32_t)max);
+		if (rc < 0) {
+			*drained = rc;
+			return PLB_DRAIN_CHECK;
+		}
+	}
+	*drained = (int)b->n;
 	/* One return value to test on the way back: the caller looks at *drained and
 	 * the batch's error only when this says so. */
-	return plb_drain_result(b, *drained < 0, ready);
+	return plb_drain_result(b, 0, ready);
 }
 
 int plb_pb_wait_drain(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb,
@@ -129,10 +138,10 @@ int plb_pb_wait_drain(struct plb_waiter *w, int timeout_ms, struct perf_buffer *
 	return plb_drain_result(b, err < 0, ready);
 }
 
-int plb_rb_wait_call(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb,
+int plb_rb_wait_call(struct plb_waiter *w, int timeout_ms, struct plb_rb_view **views, uint32_t n,
 		     struct plb_batch *b, int max, int *drained, void *reader)
 {
-	int ret = plb_rb_wait_drain(w, timeout_ms, rb, b, max, drained);
+	int ret = plb_rb_wait_drain(w, timeout_ms, views, n, b, max, drained);
 
 	if (ret != PLB_DRAIN_ONE)
 		return ret;

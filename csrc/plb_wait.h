@@ -13,7 +13,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct ring_buffer;
 struct perf_buffer;
 struct plb_batch;
 struct plb_rb_view;
@@ -46,22 +45,22 @@ int plb_waiter_add_writable(struct plb_waiter *w, int fd);
 /* Wait up to timeout_ms (-1: forever): 1 when a watched fd is ready, 0 on
  * timeout, -ECANCELED once woken, -EINTR on a signal, else -errno. */
 int plb_waiter_wait(struct plb_waiter *w, int timeout_ms);
-/* Wait, then drain a libbpf ring_buffer into a batch, in one call: the
- * latency path of RingBuffer.poll/read_batch. timeout_ms != 0: wait as
- * plb_waiter_wait (the waiter should watch the ring buffer maps' own fds, not
- * libbpf's epoll fd: an epoll set inside another one adds a wake-up hop);
+/* Wait, then drain BPF ring buffers into a batch, in one call: the latency
+ * path of RingBuffer.poll/read_batch. timeout_ms != 0: wait as
+ * plb_waiter_wait (the waiter watches the ring buffer maps' own fds);
  * timeout_ms == 0: no wait. The batch is reset first, whatever the wait
- * returns, so it holds this call's records only. When ready (or not waiting),
- * ring_buffer__consume_n(rb, max) into it (the rings were added with
- * plb_ringbuf_collect); *drained = its result (records, or -errno; 0 when
- * nothing was drained). Returns what the wait returned (1 ready, 0 timeout,
- * -ECANCELED once woken, -EINTR on a signal, else -errno), 1 without a wait,
- * PLB_DRAIN_CHECK when the drain returned an error or the batch has one
- * (its own byte-limit stop included: plb_batch.h, PLB_BATCH_FULL), or
+ * returns, so it holds this call's records only. When ready (or not
+ * waiting), views[0], views[1], ... views[n - 1] in turn are read into it
+ * (plb_batch_read_rb, tagged with their index) until the batch holds max
+ * records, reaches its byte_limit or fails; *drained = the records taken, or
+ * the -errno of a ring that failed (0 when nothing was drained). Returns what
+ * the wait returned (1 ready, 0 timeout, -ECANCELED once woken, -EINTR on a
+ * signal, else -errno), 1 without a wait, PLB_DRAIN_CHECK when a ring failed
+ * or the batch has an error (records taken before it stay in the batch), or
  * PLB_DRAIN_ONE when it took one record and no error (so a wake-up with one
  * record ready reads no other field of the batch than that record's).
  * No Python in between: the caller crosses into C once per wake-up. */
-int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb,
+int plb_rb_wait_drain(struct plb_waiter *w, int timeout_ms, struct plb_rb_view **views, uint32_t n,
 		      struct plb_batch *b, int max, int *drained);
 /* The same for a libbpf perf_buffer: the latency path of PerfBuffer and
  * PerfReader. The waiter should watch every CPU ring's perf event fd
@@ -89,7 +88,7 @@ void plb_py_one(void *reader, uint32_t tag, const void *data, uint32_t len);
  * the callback runs on the wake-up's way in, and what Python does after a wake-up besides it
  * runs after it, not before (2-5% of the p50 latency: docs/benchmarks.md, "Fifth round").
  * Every other result is plb_rb_wait_drain's, with nothing called. */
-int plb_rb_wait_call(struct plb_waiter *w, int timeout_ms, struct ring_buffer *rb,
+int plb_rb_wait_call(struct plb_waiter *w, int timeout_ms, struct plb_rb_view **views, uint32_t n,
 		     struct plb_batch *b, int max, int *drained, void *reader);
 /* The same for a perf_buffer (plb_pb_wait_drain): PerfBuffer.poll's. */
 int plb_pb_wait_call(struct plb_waiter *w, int timeout_ms, struct perf_buffer *pb,

@@ -127,7 +127,8 @@ def from_records(base: Any, starts: Any, lens: Any, n: int, stride: int, event_d
     """A ``pyarrow.RecordBatch`` of ``n`` records of ``event_def`` in the buffer ``base``.
 
     Record ``i`` starts at ``starts[i]`` and is ``lens[i]`` bytes long
-    (``starts``/``lens``: uint32 buffers, or lists of ints; None: at
+    (``starts``/``lens``: uint32 buffers, or lists of ints; a ``range``
+    of starts: records of ``lens[0]`` bytes at its step; None: at
     ``i * stride``, ``event_def.size`` long). A record shorter than the event
     raises ValueError naming the event and both sizes; a longer one is cut.
     ``extra`` appends (name, Arrow array) columns of ``n`` values. The
@@ -146,6 +147,10 @@ def from_records(base: Any, starts: Any, lens: Any, n: int, stride: int, event_d
         if lens[0] < layout.size:
             raise _too_short(layout, lens)
         first, c_starts, c_lens = int(starts[0]), ffi.NULL, ffi.NULL
+    elif type(starts) is range:   # a uniform batch: records of lens[0] bytes, back to back
+        if lens[0] < layout.size:
+            raise _too_short(layout, lens)
+        first, stride, c_starts, c_lens = starts.start, starts.step, ffi.NULL, ffi.NULL
     elif isinstance(starts, list):   # a few records: one allocation for both
         both = ffi.new("uint32_t[]", starts + list(lens))
         c_starts, c_lens = both, both + n

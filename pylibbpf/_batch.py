@@ -93,7 +93,8 @@ class Batch:
     structured array (no Python loop; numpy required).
 
     ``blob`` is the records' memory (a buffer-protocol object): record ``i`` is
-    ``blob[starts[i]:starts[i] + lens[i]]``. A batch of more than
+    ``blob[starts[i]:starts[i] + lens[i]]`` (``starts``: a ``range`` for
+    records of one size back to back, else an ``array.array`` or a list). A batch of more than
     :data:`SMALL_BYTES` bytes owns the memory the C drain copied the records
     into (handed over, not copied again: ``blob`` is a writable cffi buffer
     over it, freed once nothing references it); a smaller one holds a
@@ -120,7 +121,18 @@ class Batch:
         else:
             self.blob = bytes(ffi.buffer(batch.buf, used)) if used else b""
             self.view = memoryview(self.blob)
-        if n <= SMALL_BATCH:
+        if batch.uniform:
+            # Records of one size back to back, only the first one's offsets written (plb_batch.h,
+            # "a uniform batch"): starts is a range, the rest repeats the first record's.
+            size = batch.len[0]
+            if n <= SMALL_BATCH:
+                self.starts, self.lens = list(range(0, n * size, size)), [size] * n
+                self.tags, self.lost = [batch.tag[0] if with_tags else 0] * n, [0] * n
+            else:
+                self.starts, self.lens = range(0, n * size, size), array.array("I", [size]) * n
+                self.tags = [batch.tag[0]] * n if with_tags else ZEROS_U32 * n
+                self.lost = ZEROS_U64 * n
+        elif n <= SMALL_BATCH:
             # A wakeup with a few records (the latency case): lists from ffi.unpack are made
             # faster than arrays, and this runs between the wakeup and the first callback.
             self.starts = ffi.unpack(batch.start, n)
@@ -223,7 +235,9 @@ class Batch:
             # One record alone in its bytes (a wakeup's batch of one, the latency case): the
             # general checks below cost as much again as making the array.
             return np.frombuffer(bytearray(blob), dtype, 1)
-        if isinstance(self.lens, list):  # a small batch: Python's min/max beat numpy's set-up
+        if type(self.starts) is range:  # one size back to back, known when the batch was made
+            shortest = longest = int(self.lens[0])
+        elif isinstance(self.lens, list):  # a small batch: Python's min/max beat numpy's set-up
             shortest, longest = min(self.lens), max(self.lens)
         else:
             lens = _as_numpy(self.lens)
@@ -307,6 +321,8 @@ def _as_numpy(values: Sequence[int]) -> Any:
 
     if isinstance(values, array.array):
         return np.frombuffer(values, dtype=np.uint32 if values.itemsize == 4 else np.uint64)
+    if type(values) is range:  # a uniform batch's starts (np.asarray would walk it element by element)
+        return np.arange(values.start, values.stop, values.step, dtype=np.int64)
     return np.asarray(values, dtype=np.int64)
 
 

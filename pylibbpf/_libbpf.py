@@ -426,7 +426,7 @@ def ring_buffer__add(rb: CData, map_fd: int, ctx: CData, what: str) -> None:
 
 
 def check_collected(batch: CData, ret: int, what: str) -> int:
-    """Raise for a failed drain into ``batch`` (``ret``: ring_buffer__consume_n's result); the records collected.
+    """Raise for a failed drain into ``batch`` (``ret``: the drain's result, records or -errno); the records collected.
 
     The batch's own stop (byte limit reached) is not an error; a libbpf error
     or a collection failure raises, the records already collected stay in the batch.

@@ -428,7 +428,7 @@ class RingBufMaps:
         self._finalizer = _close.finalizer(self, RingBufMaps._free, self.mappings, self.fds)
         try:
             for m in maps:
-                self.fds.append(_libbpf.dup(m.fd, f"OrderedReader: map {m.name!r}"))
+                self.fds.append(_libbpf.dup(m.fd, f"mapping ring buffer map {m.name!r}"))
                 mapping = ffi.new("struct plb_rb_mapping *")
                 _shim.plb_rb_map(self.fds[-1], m.max_entries, mapping, f"plb_rb_map({m.name})")
                 self.mappings.append(mapping)

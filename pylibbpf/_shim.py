@@ -72,9 +72,10 @@ def plb_waiter_remove(waiter: CData, fd: int, what: str) -> None:
     check(lib.plb_waiter_remove(waiter, fd), what)
 
 
-#: ``plb_rb_wait_drain(waiter, timeout_ms, rb, batch, n, drained) -> int``: wait up to ``timeout_ms``
-#: (0: not at all), then drain up to ``n`` records into ``batch``, in one C call (the GIL released once
-#: for both). Returns the wait's result unchecked, as :func:`plb_waiter_wait` (the caller handles
+#: ``plb_rb_wait_drain(waiter, timeout_ms, views, nrings, batch, n, drained) -> int``: wait up to
+#: ``timeout_ms`` (0: not at all), then drain up to ``n`` records from the rings ``views[0..nrings-1]``
+#: (``struct plb_rb_view *[]``, RingBuffer's own mappings) into ``batch``, in one C call (the GIL
+#: released once for both). Returns the wait's result unchecked, as :func:`plb_waiter_wait` (the caller handles
 #: -EINTR and -ECANCELED), PLB_DRAIN_CHECK when the drain failed (``drained[0]`` and the batch's
 #: error are for ``_libbpf.check_collected``), or PLB_DRAIN_ONE when it took exactly one record that
 #: is not a lost-sample notice. The compiled function itself, not a wrapper: its
@@ -89,7 +90,7 @@ plb_rb_wait_drain = lib.plb_rb_wait_drain
 #: The compiled function itself, for the same reason.
 plb_pb_wait_drain = lib.plb_pb_wait_drain
 
-#: ``plb_rb_wait_call(waiter, timeout_ms, rb, batch, n, drained, handle) -> int``: :data:`plb_rb_wait_drain`,
+#: ``plb_rb_wait_call(waiter, timeout_ms, views, nrings, batch, n, drained, handle) -> int``: :data:`plb_rb_wait_drain`,
 #: and when that drained exactly one record, ``plb_py_one(handle, ring, data, len)`` (Python,
 #: ``_batch``'s ``@ffi.def_extern``) from inside the call, returning PLB_DRAIN_CALLED. The compiled
 #: function itself, for the same reason.

@@ -38,8 +38,9 @@ def uniform_stride(starts: Sequence[int], lens: Sequence[int], first: int, n: in
     """The stride when records ``first..n-1`` all have one length and sit back to back; 0 otherwise.
 
     ``starts``/``lens`` are a batch's offset arrays (``array.array('I')``, or
-    lists for small batches) as the C collectors write them: each record starts
-    at the 8-byte aligned end of the one before, in order (``plb_batch_append``),
+    lists for small batches; a ``range`` of starts for a uniform batch) as the
+    C collectors write them: each record starts at the 8-byte aligned end of
+    the one before, in order (``plb_batch_append``),
     so equal lengths ``L`` and a last start ``(n - 1 - first) * S`` past the
     first (``S``: ``L`` rounded up to 8) mean every record is ``S`` after the
     one before. A zero length gives 0 (nothing to gain, and perf's lost-sample
@@ -52,6 +53,8 @@ def uniform_stride(starts: Sequence[int], lens: Sequence[int], first: int, n: in
     stride = (length + 7) & ~7
     if not length or starts[n - 1] - starts[first] != (count - 1) * stride:
         return 0
+    if type(starts) is range:   # a uniform batch (plb_batch.h): one length, back to back, by construction
+        return stride
     if isinstance(lens, list):
         same = lens[first:n].count(length) == count
     elif isinstance(lens, array.array):

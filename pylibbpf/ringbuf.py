@@ -1,10 +1,13 @@
-"""BPF ring buffers (``BPF_MAP_TYPE_RINGBUF``) read through libbpf's ``ring_buffer``.
+"""BPF ring buffers (``BPF_MAP_TYPE_RINGBUF``): callbacks, batches and arrays.
 
-:class:`RingBuffer` drains records in C (``ring_buffer__consume_n`` with a C
-sample callback that copies into a batch) and calls the Python callback for
-each record of the batch in a loop: one C->Python crossing per batch, not per
-event. A batch of equal-size records (fixed-size events) is walked with cached
-slices (``_views``), so a record costs its view and its call. A wakeup that
+:class:`RingBuffer` drains records in C (``plb_batch_read_rb``: the shim's own
+walk over its own mapping of each ring, which copies each record into a batch
+and releases the consumer position once per drain) and calls the Python
+callback for each record of the batch in a loop: one C->Python crossing per
+batch, not per event. libbpf's ``ring_buffer`` is kept for ``epoll_fd()``.
+A batch of equal-size records (fixed-size events) is written as a uniform
+batch (no offsets per record: ``plb_batch.h``) and walked with cached slices
+(``_views``), so a record costs its copy, its view and its call. A wakeup that
 drained one record has its callback called from inside that C call (the latency
 path: ``BatchReader._wait_call``).
 
@@ -77,22 +80,25 @@ class RingBuffer(BatchReader):
         self._maps: list[Map] = [map]
         self._ctxs = [ffi.new("struct plb_rb_collect_ctx *", {"batch": self._batch, "ring": 0})]
         self._pending: Batch | None = None
-        self._mapped: list[RingBufMaps] = []  # read_into's own mappings of the rings, made on first use
-        self._into_views: Any = None           # and their views, as the array plb_rb_wait_into takes
         self._drained = ffi.new("int *")
         self._drain_c = _shim.plb_rb_wait_drain
         self._call_c = _shim.plb_rb_wait_call
-        self._drain_what = "ring_buffer__consume_n"
-        rb = _libbpf.ring_buffer__new(map.fd, self._ctxs[0], f"ring_buffer__new({map.name})")
+        self._drain_what = "reading the ring buffer"
+        # libbpf's ring_buffer, for epoll_fd() only: the rings are read through mappings of our own
+        # (plb_rb_map), with one release of the consumer position per drain where libbpf's
+        # ring_buffer__consume_n releases it after every record (docs/benchmarks.md, "Seventh round").
+        self._rb = _libbpf.ring_buffer__new(map.fd, self._ctxs[0], f"ring_buffer__new({map.name})")
+        self._mapped: list[RingBufMaps] = []
+        self._views: Any = None   # the rings' views, as the array the C drains take (_map_views)
         try:
+            self._mapped.append(RingBufMaps([map]))
             # The maps' own fds, not libbpf's epoll fd: an epoll set inside ours would add a
             # wake-up hop (see docs/benchmarks.md, "latency: where the time went").
             self._waiter = Waiter([map.fd], "RingBuffer")
         except BaseException:
-            _libbpf.ring_buffer__free(rb)
+            self._release()
             raise
-        self._rb = rb
-        self._drain_args = (rb, self._batch, self._max_batch, self._drained)
+        self._map_views()
 
     def add(self, map: Map, callback: Callback) -> None:
         """Read one more ring buffer map through the same poll; its records go to ``callback``."""
@@ -104,18 +110,31 @@ class RingBuffer(BatchReader):
             if self._waiter is None:
                 raise ClosedError(self._what)
             ctx = ffi.new("struct plb_rb_collect_ctx *", {"batch": self._batch, "ring": len(self._ctxs)})
-            # Both or neither: a ring libbpf drains but the wait does not watch would never wake
-            # poll(-1); a watched ring libbpf does not drain would make every wait return at once.
-            self._waiter.add(map.fd, f"RingBuffer.add({map.name})")
+            mapped = RingBufMaps([map])
+            # All or none: a ring the drains read but the wait does not watch would never wake
+            # poll(-1); a watched ring the drains do not read would make every wait return at once.
             try:
-                _libbpf.ring_buffer__add(self._rb, map.fd, ctx, f"ring_buffer__add({map.name})")
+                self._waiter.add(map.fd, f"RingBuffer.add({map.name})")
+                try:
+                    _libbpf.ring_buffer__add(self._rb, map.fd, ctx, f"ring_buffer__add({map.name})")
+                except BaseException:
+                    self._waiter.remove(map.fd, f"RingBuffer.add({map.name})")
+                    raise
             except BaseException:
-                self._waiter.remove(map.fd, f"RingBuffer.add({map.name})")
+                mapped.close()
                 raise
+            self._mapped.append(mapped)
             self._ctxs.append(ctx)
             self._maps.append(map)
             self._callbacks.append(callback)
             self._tagged = True
+            self._map_views()
+
+    def _map_views(self) -> None:
+        """The rings' views as one array, in ring order, and the drains' arguments over it
+        (under the operation lock, or before the reader is shared: no C call is reading them)."""
+        self._views = ffi.new("struct plb_rb_view *[]", [m.views[0] for m in self._mapped])
+        self._drain_args = (self._views, len(self._mapped), self._batch, self._max_batch, self._drained)
 
 
     def epoll_fd(self) -> int:
@@ -202,24 +221,16 @@ class RingBuffer(BatchReader):
             batch.next = i
 
     def _into_rings(self) -> tuple[Callable[..., int], Any, int]:
-        """read_into's C call and rings: each ring through its own mapping (``plb_rb_map``, made
-        on first use). libbpf's ring_buffer and these mappings share the ring's consumer
-        page, so read_into and poll/read_batch may alternate on one RingBuffer."""
-        views = self._into_views
-        n = len(self._maps)
-        if views is None or len(views) != n:
-            mapped = self._mapped
-            while len(mapped) < n:
-                mapped.append(RingBufMaps([self._maps[len(mapped)]]))
-            views = self._into_views = ffi.new("struct plb_rb_view *[]", [m.views[0] for m in mapped])
-        return _shim.plb_rb_wait_into, views, n
+        """read_into's C call and rings: the mappings poll/read_batch read, so they may alternate."""
+        return _shim.plb_rb_wait_into, self._views, len(self._mapped)
 
     def _release(self) -> None:
-        _libbpf.ring_buffer__free(self._rb)
+        if self._rb != ffi.NULL:
+            _libbpf.ring_buffer__free(self._rb)
         self._rb = ffi.NULL
         self._drain_args = ()
         self._pending = None
-        self._into_views = None
+        self._views = None
         for maps in self._mapped:
             maps.close()
 

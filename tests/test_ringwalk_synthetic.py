@@ -1,4 +1,5 @@
-"""The C ring walker (plb_rb_peek / plb_rb_read) over synthetic rings in ordinary memory.
+"""The C ring walkers (plb_rb_peek / plb_rb_read, read_into's plb_rb_wait_into, RingBuffer's
+plb_rb_wait_drain) over synthetic rings in ordinary memory.
 
 No kernel: a ring is a 2 x size bytearray whose second half mirrors the first
 (what the kernel's double mapping gives), plus two u64 positions; records are
@@ -16,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pylibbpf import ffi, lib
+from pylibbpf._batch import SMALL_BATCH, Batch
 from pylibbpf._rings import RecordBuffer, read_view
 
 U64 = 1 << 64
@@ -300,3 +302,157 @@ def test_any_sequence_reads_back_exactly(records: list[tuple[int, bool]], start:
             break
     assert got == expected
     assert ring.cons[0] == ring.prod[0]
+
+
+def drain(rings: list[SynthRing], batch: Any, max_records: int = 1 << 16) -> tuple[int, int, list[tuple[int, bytes]]]:
+    """plb_rb_wait_drain without a wait (RingBuffer's drain) over synthetic rings:
+    (result, drained, the batch's records as (ring, bytes))."""
+    views = ffi.new("struct plb_rb_view *[]", [r.view for r in rings])
+    drained = ffi.new("int *", 12345)
+    ret = lib.plb_rb_wait_drain(ffi.new("struct plb_waiter *"), 0, views, len(rings), batch, max_records, drained)
+    # Read back as RingBuffer does (Batch knows a uniform batch's implicit entries).
+    got = Batch(batch, with_tags=True)
+    assert all(start % 8 == 0 for start in got.starts) and not any(got.lost)
+    return ret, int(drained[0]), [(tag, bytes(rec)) for tag, rec in zip(got.tags, got)]
+
+
+def test_the_batch_drain_reads_the_rings_in_turn_and_releases_each_once() -> None:
+    a, b = SynthRing(4096), SynthRing(4096)
+    batch = lib.plb_batch_new(2, 64)                     # tiny: the arrays and buffer must grow
+    try:
+        assert drain([a, b], batch) == (1, 0, [])          # nothing ready: ready, no records
+        a.put(payload(0, 16))
+        assert drain([a, b], batch) == (lib.PLB_DRAIN_ONE, 1, [(0, payload(0, 16))])
+        a.put(payload(1, 5))
+        a.put(payload(2, 30), discard=True)               # skipped, and consumed
+        a.put(payload(3, 0))
+        b.put(payload(4, 100))
+        assert drain([a, b], batch) == (1, 3, [(0, payload(1, 5)), (0, payload(3, 0)), (1, payload(4, 100))])
+        assert (a.cons[0], b.cons[0]) == (a.prod[0], b.prod[0])
+        busy = a.put(payload(5, 8), busy=True)            # a busy head stops its ring; the next one is read
+        a.put(payload(6, 8))
+        b.put(payload(7, 8))
+        assert drain([a, b], batch) == (lib.PLB_DRAIN_ONE, 1, [(1, payload(7, 8))])
+        assert a.cons[0] == busy
+        a.commit(busy)
+        assert drain([a, b], batch)[2] == [(0, payload(5, 8)), (0, payload(6, 8))]
+        for i in range(8, 13):
+            (a if i % 2 else b).put(payload(i, 8))
+        ret, n, recs = drain([a, b], batch, max_records=3)   # max counts every ring's records
+        assert (ret, n, recs) == (1, 3, [(0, payload(9, 8)), (0, payload(11, 8)), (1, payload(8, 8))])
+        assert drain([a, b], batch)[2] == [(1, payload(10, 8)), (1, payload(12, 8))]
+    finally:
+        lib.plb_batch_free(batch)
+
+
+def test_the_batch_drain_stops_at_its_byte_limit_after_the_record_that_reaches_it() -> None:
+    ring = SynthRing(4096)
+    batch = lib.plb_batch_new(4, 64)
+    batch.byte_limit = 40
+    try:
+        for i in range(4):
+            ring.put(payload(i, 16))
+        ret, n, recs = drain([ring], batch)                 # 16, 16 -> 40 (aligned): stops after the third
+        assert (ret, n, recs) == (1, 3, [(0, payload(i, 16)) for i in range(3)]) and batch.full
+        assert drain([ring], batch) == (lib.PLB_DRAIN_ONE, 1, [(0, payload(3, 16))]) and not batch.full
+    finally:
+        lib.plb_batch_free(batch)
+
+
+def test_the_batch_drain_reports_a_corrupt_head_when_it_took_nothing() -> None:
+    a, b = SynthRing(4096), SynthRing(4096)
+    batch = lib.plb_batch_new(4, 64)
+    try:
+        a.put(payload(0, 16))
+        bad = a.put(payload(1, 16))
+        a.write(bad, struct.pack("<I", 5000))
+        b.put(payload(2, 16))
+        # Ring a's good record, then its corrupt head: the drain goes on to ring b.
+        assert drain([a, b], batch) == (1, 2, [(0, payload(0, 16)), (1, payload(2, 16))])
+        assert a.cons[0] == bad
+        ret, n, recs = drain([a, b], batch)                 # nothing taken from it now: its error
+        assert (ret, n, recs) == (lib.PLB_DRAIN_CHECK, -lib.EBADMSG, []) and a.cons[0] == bad
+    finally:
+        lib.plb_batch_free(batch)
+
+
+@settings(max_examples=200, deadline=None)
+@given(records=st.lists(record, max_size=60),
+       start=st.one_of(st.integers(0, 4096 // 8).map(lambda k: k * 8),
+                       st.integers(1, 64).map(lambda k: U64 - 8 * k)),
+       chunk=st.integers(1, 17), byte_limit=st.sampled_from([0, 8, 100, 1000]))
+def test_the_batch_drain_reads_any_sequence_back_exactly(records: list[tuple[int, bool]], start: int, chunk: int,
+                                                          byte_limit: int) -> None:
+    ring = SynthRing(8192, start)
+    expected = []
+    for i, (length, discard) in enumerate(records):
+        ring.put(payload(i, length), discard=discard)
+        if not discard:
+            expected.append((0, payload(i, length)))
+    batch = lib.plb_batch_new(2, 64)
+    batch.byte_limit = byte_limit
+    got: list[tuple[int, bytes]] = []
+    try:
+        for _ in range(len(records) + 1):
+            ret, n, recs = drain([ring], batch, max_records=chunk)
+            assert ret == (lib.PLB_DRAIN_ONE if n == 1 else 1) and n == len(recs) <= chunk
+            got += recs
+            if not n:
+                break
+    finally:
+        lib.plb_batch_free(batch)
+    assert got == expected
+    assert ring.cons[0] == ring.prod[0]
+
+
+def test_records_of_one_size_make_a_uniform_batch_until_one_differs() -> None:
+    """plb_batch.h's uniform batch: only record 0's offsets are written while the records
+    allow it; a record of another size, of another ring or a size not a multiple of 8 spells
+    the others out first. Read back through Batch, the records are the same either way."""
+    a, b = SynthRing(1 << 16), SynthRing(1 << 16)
+    batch = lib.plb_batch_new(4, 64)
+    try:
+        for n in (2, SMALL_BATCH, 3 * SMALL_BATCH):        # lists, then a range of starts
+            for i in range(n):
+                a.put(payload(i, 24))
+            ret, got, recs = drain([a, b], batch)
+            assert batch.uniform and (ret, got) == (1, n) and recs == [(0, payload(i, 24)) for i in range(n)]
+        for i in range(100):
+            a.put(payload(i, 16))
+        a.put(payload(100, 40))                            # another size: the 100 spelled out first
+        for i in range(101, 150):
+            a.put(payload(i, 16))
+        b.put(payload(150, 16))                            # same size, another ring
+        ret, got, recs = drain([a, b], batch)
+        assert not batch.uniform and got == 151
+        assert recs == [(0, payload(i, 40 if i == 100 else 16)) for i in range(150)] + [(1, payload(150, 16))]
+        for i in range(50):
+            a.put(payload(i, 12))                          # not a multiple of 8: padded, never uniform
+        assert drain([a], batch)[2] == [(0, payload(i, 12)) for i in range(50)] and not batch.uniform
+    finally:
+        lib.plb_batch_free(batch)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.sampled_from([0, 5, 8, 16, 16, 16, 24]), min_size=1, max_size=80),
+       rings=st.lists(st.integers(0, 1), min_size=1, max_size=80), chunk=st.integers(1, 100))
+def test_uniform_runs_and_their_breaks_read_back_exactly(sizes: list[int], rings: list[int], chunk: int) -> None:
+    pair = [SynthRing(1 << 14), SynthRing(1 << 14)]
+    expected: list[list[tuple[int, bytes]]] = [[], []]
+    for i, size in enumerate(sizes):
+        r = rings[i % len(rings)]
+        pair[r].put(payload(i, size))
+        expected[r].append((r, payload(i, size)))
+    batch = lib.plb_batch_new(2, 64)
+    got: list[tuple[int, bytes]] = []
+    try:
+        for _ in range(len(sizes) + 1):
+            _, n, recs = drain(pair, batch, max_records=chunk)
+            got += recs
+            if not n:
+                break
+    finally:
+        lib.plb_batch_free(batch)
+    # Ring by ring, each in its own order (a drain reads ring 0, then ring 1).
+    assert [rec for rec in got if rec[0] == 0] == expected[0]
+    assert [rec for rec in got if rec[0] == 1] == expected[1]
