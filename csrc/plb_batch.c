@@ -235,16 +235,10 @@ int plb_batch_read_rb(struct plb_batch *b, struct plb_rb_view *v, uint32_t ring,
 	while (b->n < max) {
 		/* The acquire loads of producer_pos and of the header (plb_ringwalk.h)
 		 * make the record's bytes visible before the copy below. */
-		rc = plb_rb_step(v, pos, &prod, &data, &len, &next);
-		if (rc == PLB_RB_EMPTY || rc == PLB_RB_BUSY)
+		rc = plb_rb_next_record(v, &pos, &prod, &data, &len, &next, NULL);
+		if (rc != PLB_RB_RECORD) {
+			err = rc == PLB_RB_CORRUPT ? -EBADMSG : 0;
 			break;
-		if (rc == PLB_RB_CORRUPT) {
-			err = -EBADMSG;
-			break;
-		}
-		if (rc == PLB_RB_DISCARD) {
-			pos = next;
-			continue;
 		}
 		if (b->n && len == b->len[0] && ring == b->tag[0] && (b->uniform || plb_batch_can_be_uniform(b))) {
 			/* One more record like record 0, right after the last one: its bytes only. */

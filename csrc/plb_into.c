@@ -68,17 +68,10 @@ int plb_into_rb(struct plb_rb_view *v, struct plb_into *st)
 			st->stop = PLB_INTO_FULL;
 			break;
 		}
-		rc = plb_rb_step(v, pos, &prod, &data, &len, &next);
-		if (rc == PLB_RB_EMPTY || rc == PLB_RB_BUSY)
+		rc = plb_rb_next_record(v, &pos, &prod, &data, &len, &next, &st->discarded);
+		if (rc != PLB_RB_RECORD) {
+			err = rc == PLB_RB_CORRUPT ? -EBADMSG : 0;
 			break;
-		if (rc == PLB_RB_CORRUPT) {
-			err = -EBADMSG;
-			break;
-		}
-		if (rc == PLB_RB_DISCARD) {
-			st->discarded++;
-			pos = next;
-			continue;
 		}
 		if (len != st->rec_size) {
 			/* Copy it whole before the commit below frees its space. */

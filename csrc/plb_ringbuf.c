@@ -90,17 +90,11 @@ int plb_rb_read(struct plb_rb_view *v, uint8_t *out, size_t out_cap,
 	start = prod = pos = plb_rb_consumer_pos(v);
 
 	while (n < max_records) {
-		rc = plb_rb_step(v, pos, &prod, &data, &len, &next);
-		if (rc == PLB_RB_EMPTY || rc == PLB_RB_BUSY)
-			break;
-		if (rc == PLB_RB_CORRUPT) {
-			if (n == 0)
+		rc = plb_rb_next_record(v, &pos, &prod, &data, &len, &next, NULL);
+		if (rc != PLB_RB_RECORD) {
+			if (rc == PLB_RB_CORRUPT && n == 0)
 				err = -EBADMSG;
 			break;
-		}
-		if (rc == PLB_RB_DISCARD) {
-			pos = next; /* the kernel's bpf_ringbuf_discard: skip it */
-			continue;
 		}
 		if (off > cap || len > cap - off) {
 			if (n == 0) {

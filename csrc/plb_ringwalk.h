@@ -82,4 +82,23 @@ static inline int plb_rb_step(const struct plb_rb_view *v, uint64_t pos, uint64_
 	return plb_rb_peek_below(v, pos, *prod, data, len, next_pos);
 }
 
+/* The next committed record from *pos on, for the walkers that copy records
+ * out: discarded records are stepped over (*pos moved past each, counted in
+ * *discarded when it is not NULL), so the result is PLB_RB_RECORD (data,
+ * len, *next as plb_rb_peek gives them) or why the walk stops here:
+ * PLB_RB_EMPTY, PLB_RB_BUSY or PLB_RB_CORRUPT. */
+static inline int plb_rb_next_record(const struct plb_rb_view *v, uint64_t *pos, uint64_t *prod,
+				     const void **data, uint32_t *len, uint64_t *next,
+				     uint64_t *discarded)
+{
+	int rc;
+
+	while ((rc = plb_rb_step(v, *pos, prod, data, len, next)) == PLB_RB_DISCARD) {
+		*pos = *next; /* the kernel's bpf_ringbuf_discard: skip it, and consume it */
+		if (discarded)
+			(*discarded)++;
+	}
+	return rc;
+}
+
 #endif
