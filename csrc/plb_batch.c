@@ -224,6 +224,55 @@ static inline int plb_batch_can_be_uniform(const struct plb_batch *b)
 	return b->n == 1 && b->start[0] == 0 && b->len[0] && !(b->len[0] & 7) && !b->lost[0];
 }
 
+/* plb_batch_read_rb's run of records like record 0 of a batch that is (or may
+ * turn) uniform: data/next are the first one's, already stepped to. Copies
+ * each record's bytes, with the batch's fields in locals: the compiler must
+ * assume a memcpy into the buffer may change any field of *b, and would load
+ * them all again after every copy. Stops before the first record that is not
+ * like record 0 or cannot be read (*pos is then at it, for the caller to look
+ * at again), at max records, or after the record that reaches byte_limit
+ * (b->full). Returns 0, or -errno when the buffer could not grow (b->err; the
+ * record stays in the ring). */
+static int plb_batch_uniform_run(struct plb_batch *b, const struct plb_rb_view *v, uint64_t *pos,
+				 uint64_t *prod, const void *data, uint64_t next, uint32_t max)
+{
+	uint32_t size = b->len[0], n = b->n, ncap = b->ncap, len;
+	size_t used = b->used, cap = b->cap, limit = b->byte_limit ? b->byte_limit : SIZE_MAX;
+	uint8_t *buf = b->buf;
+	int err = 0;
+
+	for (;;) {
+		if (used + size > cap || n == ncap) {
+			b->used = used;
+			b->n = n;
+			err = plb_batch_reserve(b, size);
+			if (err) {
+				if (!b->err)
+					b->err = err;
+				break;
+			}
+			buf = b->buf;
+			cap = b->cap;
+			ncap = b->ncap;
+		}
+		memcpy(buf + used, data, size);
+		used += size;
+		n++;
+		*pos = next;
+		if (used >= limit) {
+			b->full = 1;
+			break;
+		}
+		if (n >= max || plb_rb_next_record(v, pos, prod, &data, &len, &next, NULL) != PLB_RB_RECORD ||
+		    len != size)
+			break;
+	}
+	b->used = used;
+	b->n = n;
+	b->uniform = n > 1;
+	return err;
+}
+
 int plb_batch_read_rb(struct plb_batch *b, struct plb_rb_view *v, uint32_t ring, uint32_t max)
 {
 	uint64_t start, pos, next, prod;
@@ -241,20 +290,11 @@ int plb_batch_read_rb(struct plb_batch *b, struct plb_rb_view *v, uint32_t ring,
 			break;
 		}
 		if (b->n && len == b->len[0] && ring == b->tag[0] && (b->uniform || plb_batch_can_be_uniform(b))) {
-			/* One more record like record 0, right after the last one: its bytes only. */
-			if (b->used + len > b->cap || b->n == b->ncap) {
-				int grow = plb_batch_reserve(b, len);
-
-				if (grow) {
-					if (!b->err)
-						b->err = grow;
-					break; /* the record stays in the ring */
-				}
-			}
-			memcpy(b->buf + b->used, data, len);
-			b->used += len;
-			b->n++;
-			b->uniform = 1;
+			/* Records like record 0, right after the last one: their bytes only. */
+			rc = plb_batch_uniform_run(b, v, &pos, &prod, data, next, max);
+			if (rc < 0 || b->full)
+				break;
+			continue; /* a record unlike record 0, or none: looked at again above */
 		} else if (plb_batch_append(b, data, len, ring, 0)) {
 			break; /* b->err says why; the record stays in the ring */
 		}
