@@ -1,12 +1,17 @@
 /* test_batch.c - the batch collector and the hand-over of its record bytes
  * (plb_batch_take_buf, plb_buf_*): what was taken stays intact and is the
  * caller's to free (ASan reports a leak, a double free or a use after free),
- * the batch goes on collecting into a fresh buffer. */
+ * the batch goes on collecting into a fresh buffer. Then RingBuffer's drain
+ * (plb_batch_read_rb) over a kernel-like synthetic ring: uniform runs, their
+ * spelling out when a record differs, growth mid-run, byte limits. */
+#define _GNU_SOURCE /* memfd_create (synth.h) */
 #include "plb_batch.c"
+#include "plb_ringbuf.c"
 
 #include <string.h>
 
 #include "check.h"
+#include "synth.h"
 
 static uint8_t rec[8192];
 
@@ -28,6 +33,89 @@ static void check_records(const uint8_t *buf, const struct plb_batch *b, uint32_
 		for (uint32_t j = 0; j < size; j++)
 			CHECK(buf[b->start[i] + j] == (uint8_t)(first + i));
 	}
+}
+
+/* Commit one record of size bytes, each byte seq's low byte. */
+static void put(struct synth *s, uint32_t size, uint32_t seq)
+{
+	uint8_t *p = synth_reserve(s, size);
+
+	CHECK(p);
+	memset(p, (uint8_t)seq, size);
+	synth_commit(s, p, 0);
+}
+
+/* Record i of the batch as Python's Batch reads it: offsets written, or implicit in a uniform batch. */
+static void record_of(const struct plb_batch *b, uint32_t i, uint32_t *start, uint32_t *len)
+{
+	if (b->uniform && i > 0) {
+		*start = b->start[0] + i * b->len[0];
+		*len = b->len[0];
+	} else {
+		*start = b->start[i];
+		*len = b->len[i];
+	}
+}
+
+/* Drain everything in batches of at most max records and byte_limit bytes; every record read back
+ * in order (sizes[i] bytes of i). */
+static void drain_all(const uint32_t *sizes, uint32_t n, uint32_t max, size_t byte_limit)
+{
+	struct synth s;
+	struct plb_batch *b = plb_batch_new(2, 64);   /* tiny: grows mid-run */
+	uint32_t got = 0;
+
+	synth_init(&s, 1 << 16);
+	synth_set_pos(&s, (1 << 16) - 64);           /* records across the wrap too */
+	for (uint32_t i = 0; i < n; i++)
+		put(&s, sizes[i], i);
+	b->byte_limit = byte_limit;
+	while (got < n) {
+		uint32_t start, len;
+
+		plb_batch_reset(b);
+		CHECK(plb_batch_read_rb(b, &s.v, 0, max) == (int)b->n && b->n > 0 && b->n <= max);
+		for (uint32_t i = 0; i < b->n; i++, got++) {
+			record_of(b, i, &start, &len);
+			CHECK(len == sizes[got] && start % 8 == 0 && start + len <= b->used);
+			for (uint32_t j = 0; j < len; j++)
+				CHECK(b->buf[start + j] == (uint8_t)got);
+		}
+		/* Anything appended another way writes a uniform batch's entries out first. */
+		if (b->uniform) {
+			uint32_t k = b->n;
+
+			plb_perfbuf_collect(b, 0, rec, 8);
+			CHECK(!b->uniform && b->n == k + 1);
+			for (uint32_t i = 1; i < k; i++)
+				CHECK(b->start[i] == i * b->len[0] && b->len[i] == b->len[0] && b->lost[i] == 0);
+		}
+	}
+	CHECK(*s.cons == *s.prod);
+	plb_batch_reset(b);
+	CHECK(plb_batch_read_rb(b, &s.v, 0, max) == 0);
+	plb_batch_free(b);
+	synth_free(&s);
+}
+
+static void test_read_rb(void)
+{
+	static uint32_t sizes[3000];
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < 700; i++)   /* a uniform run long enough to grow the buffer and arrays */
+		sizes[n++] = 32;
+	sizes[n++] = 40;                       /* breaks it */
+	for (uint32_t i = 0; i < 300; i++)
+		sizes[n++] = 32;
+	for (uint32_t i = 0; i < 200; i++)   /* sizes that are not multiples of 8: never uniform */
+		sizes[n++] = 5 + i % 3;
+	for (uint32_t i = 0; i < 300; i++)
+		sizes[n++] = i % 50 == 0 ? 0 : 16;
+	drain_all(sizes, n, 1u << 20, 0);
+	drain_all(sizes, n, 7, 0);
+	drain_all(sizes, n, 1u << 20, 1000);  /* byte limit mid-run */
+	drain_all(sizes, n, 1, 0);
 }
 
 int main(void)
@@ -93,6 +181,7 @@ int main(void)
 		plb_buf_free(NULL);
 		CHECK(plb_buf_shrink(NULL, 10) == NULL);
 	}
+	test_read_rb();
 	puts("test_batch: ok");
 	return 0;
 }
