@@ -147,10 +147,6 @@ static __attribute__((noinline)) int plb_batch_reserve(struct plb_batch *b, size
 	return 0;
 }
 
-/* Append one record (data may be NULL when size is 0). Inline, with the growth
- * out of line: it runs once per record, and a record that fits (all but a few
- * per batch) needs only the two compares here (a call to plb_batch_reserve per
- * record made plb_batch_read_rb ~40% slower). */
 /* Write a uniform batch's implicit entries out (plb_batch.h): the batch is an
  * ordinary one after it. plb_batch_reserve kept the arrays able to hold every
  * record, so this cannot fail. */
@@ -167,6 +163,10 @@ static void plb_batch_spell_out(struct plb_batch *b)
 	b->uniform = 0;
 }
 
+/* Append one record (data may be NULL when size is 0). Inline, with the growth
+ * out of line: it runs once per record, and a record that fits (all but a few
+ * per batch) needs only the two compares here (a call to plb_batch_reserve per
+ * record made plb_batch_read_rb ~40% slower). */
 static inline int plb_batch_append(struct plb_batch *b, const void *data, size_t size, uint32_t tag,
 				   uint64_t lost)
 {
@@ -195,6 +195,18 @@ static inline int plb_batch_append(struct plb_batch *b, const void *data, size_t
 	return 0;
 }
 
+/* Whether a ring buffer drain stops after the record just appended: the batch
+ * holds byte_limit bytes (full set). Large batches cost page faults on every
+ * copy out (a fresh mapping per drain); stopping near byte_limit keeps each
+ * batch cache-sized. */
+static inline int plb_batch_reached_limit(struct plb_batch *b)
+{
+	if (!b->byte_limit || b->used < b->byte_limit)
+		return 0;
+	b->full = 1;
+	return 1;
+}
+
 /* libbpf has already made the record visible to us (it acquire-loaded the
  * header); it advances consumer_pos after we return, so the copy must be made
  * here. A negative return stops ring_buffer__consume_n with this record
@@ -207,13 +219,7 @@ int plb_ringbuf_collect(void *ctx, void *data, size_t size)
 
 	if (err)
 		return err;
-	/* Large batches cost page faults on every copy out (a fresh mapping per
-	 * drain); stopping near byte_limit keeps each batch cache-sized. */
-	if (b->byte_limit && b->used >= b->byte_limit) {
-		b->full = 1;
-		return PLB_BATCH_FULL;
-	}
-	return 0;
+	return plb_batch_reached_limit(b) ? PLB_BATCH_FULL : 0;
 }
 
 /* Whether a batch of one record may turn uniform: record 0 at offset 0, a
@@ -295,14 +301,12 @@ int plb_batch_read_rb(struct plb_batch *b, struct plb_rb_view *v, uint32_t ring,
 			if (rc < 0 || b->full)
 				break;
 			continue; /* a record unlike record 0, or none: looked at again above */
-		} else if (plb_batch_append(b, data, len, ring, 0)) {
+		}
+		if (plb_batch_append(b, data, len, ring, 0))
 			break; /* b->err says why; the record stays in the ring */
-		}
 		pos = next;
-		if (b->byte_limit && b->used >= b->byte_limit) {
-			b->full = 1;
+		if (plb_batch_reached_limit(b))
 			break;
-		}
 	}
 	/* One release store, after every copy above: the producer may reuse the
 	 * space below pos only once our reads of it are done. */

@@ -286,7 +286,6 @@ class Batch:
         return _arrow.from_records(self.blob, self.starts, self.lens, len(self.starts), 0, event_def, extra)
 
 
-ZEROS_U64 = array.array("Q", [0])
 #: Batches of at most this many records index their records with lists (cheaper to make).
 SMALL_BATCH = 32
 #: Batches of at most this many bytes copy their records into ``bytes``: cheaper than taking
@@ -436,7 +435,7 @@ class OrderedBatch(Batch):
             batch.timestamps = array.array("Q", [0 if f & lost_bit else t for f, t in zip(flags, ts)])
         else:
             batch.late = [False] * n
-            batch.lost = ZEROS_U64 * n
+            batch.lost = zeros("Q", n)
             batch.timestamps = ts
         batch.lost_notices = []
         batch.tag_name = tag_name

@@ -415,7 +415,8 @@ class PerfRings:
 
 
 class RingBufMaps:
-    """Ring buffer maps mapped for the merge (``plb_rb_map``), each through a dup of its fd.
+    """Ring buffer maps mapped for the merge and RingBuffer's drains (``plb_rb_map``), each
+    through a dup of its fd.
 
     The dup keeps the map (and its epoll registration) alive even if the BPF
     object is closed first. ``views[i]`` is ring ``i``'s ``struct plb_rb_view``,
