@@ -92,14 +92,15 @@ def check_walk(batch: Any, expect: dict[int, int]) -> int:
 
 
 class DrainClock:
-    """Time spent inside the C merge (``plb_merge_drain``), read around the checked layer's wrapper."""
+    """Time spent inside the C merge (``plb_merge_drain``), read around the checked layer's wrapper
+    (``pylibbpf._shim``, which OrderedReader calls through its module attribute)."""
 
     def __init__(self) -> None:
-        from pylibbpf import _libbpf
+        from pylibbpf import _shim
 
         self.seconds = 0.0
-        self._libbpf = _libbpf
-        self._inner = _libbpf.plb_merge_drain
+        self._shim = _shim
+        self._inner = _shim.plb_merge_drain
 
         def timed(*args: Any) -> int:
             t0 = time.perf_counter()
@@ -108,10 +109,10 @@ class DrainClock:
             finally:
                 self.seconds += time.perf_counter() - t0
 
-        _libbpf.plb_merge_drain = timed  # type: ignore[assignment]
+        _shim.plb_merge_drain = timed  # type: ignore[assignment]
 
     def restore(self) -> None:
-        self._libbpf.plb_merge_drain = self._inner  # type: ignore[assignment]
+        self._shim.plb_merge_drain = self._inner  # type: ignore[assignment]
 
 
 ReaderParts = tuple[Callable[[float], Any], Callable[[], None], Callable[[], dict[str, Any]]]
