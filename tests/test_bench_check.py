@@ -95,3 +95,41 @@ def test_array_path_counts_what_the_loop_counts(steps: list[int], cuts: list[int
             at += cut
     by_array, by_loop = both(chunks)
     assert state(by_array) == state(by_loop)
+
+
+def test_streams_in_blocks_are_checked_run_by_run() -> None:
+    # An ordered merge's batch: one CPU's records, then the next CPU's, then the first's again.
+    n = 4 * SMALL_ARRAY
+    blocks = run_of(0, 0, n) + run_of(1, 0, n) + run_of(0, n, n)
+    by_array, by_loop = both([blocks, run_of(1, n, n) + run_of(0, 2 * n, 3)])
+    assert state(by_array) == state(by_loop) == (4 * n + 3, 0, 0, 2 * n + 3,
+                                                {0: 2 * n + 3, 1: (1 << STREAM_SHIFT) + 2 * n})
+    # A block that starts past where its stream stands, or before it (a repeat): the general
+    # path counts them exactly as the loop does.
+    gap = run_of(1, 2 * n + 2, n) + run_of(0, 2 * n + 3, n)
+    repeat = run_of(1, 3 * n + 1, n) + run_of(0, 3 * n + 3, n)
+    by_array, by_loop = both([blocks, run_of(1, n, n), gap, repeat])
+    assert state(by_array) == state(by_loop)
+    assert (by_array.gaps, by_array.seq_errors) == (2 + 3, 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(blocks=st.lists(st.tuples(st.sampled_from([0, 1, 2]), st.integers(1, 40),
+                                 st.sampled_from([0, 0, 0, 0, 1, -1, 3])), min_size=1, max_size=12),
+       cuts=st.lists(st.integers(1, 200), max_size=4))
+def test_blocks_of_streams_count_what_the_loop_counts(blocks: list[tuple[int, int, int]], cuts: list[int]) -> None:
+    # Each block: a stream, a length, and where it starts against where that stream stands
+    # (0: right there; else a gap or a step back).
+    at: dict[int, int] = {}
+    seqs = []
+    for stream, length, skew in blocks:
+        first = max(0, at.get(stream, 0) + skew)
+        seqs += run_of(stream, first, length)
+        at[stream] = first + length
+    chunks, pos = [], 0
+    for cut in [*cuts, len(seqs)]:
+        if pos < len(seqs):
+            chunks.append(seqs[pos:pos + cut])
+            pos += cut
+    by_array, by_loop = both(chunks)
+    assert state(by_array) == state(by_loop)
