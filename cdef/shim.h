@@ -204,6 +204,7 @@ void plb_merge_free(struct plb_merge *m);
 int plb_merge_drain(struct plb_merge *m, struct plb_merge_out *out, uint32_t max_records, uint32_t flags);
 typedef int (*plb_merge_event_fn)(void *, uint32_t, uint64_t, uint32_t, const void *, uint32_t);
 int plb_merge_consume(struct plb_merge *m, plb_merge_event_fn fn, void *ctx, uint32_t max_records, uint32_t flags);
+int64_t plb_merge_out_uniform(const struct plb_merge_out *out, uint32_t n);
 int plb_merge_poll_timeout_ms(struct plb_merge *m);
 uint64_t plb_merge_next_deadline(const struct plb_merge *m);
 void plb_merge_stats(const struct plb_merge *m, struct plb_merge_stats *st, uint64_t *backlog, uint32_t n);

@@ -148,8 +148,6 @@ static int any_pressured(const struct plb_merge *m)
  * the callback has asked to stop). */
 static int out_lost(struct plb_drain_ctx *c, uint32_t i, uint64_t lost)
 {
-	struct plb_merge_out *o = c->out;
-
 	if (c->stopped)
 		return 0;
 	if (c->n >= c->max) {
@@ -162,11 +160,11 @@ static int out_lost(struct plb_drain_ctx *c, uint32_t i, uint64_t lost)
 		c->n++;
 		return 1;
 	}
-	o->ring[c->n] = i;
-	o->ts[c->n] = lost;
-	o->flags[c->n] = PLB_MERGE_F_LOST;
-	o->start[c->n] = 0; /* no payload */
-	o->len[c->n] = 0;
+	c->ring[c->n] = i;
+	c->ts[c->n] = lost;
+	c->flags[c->n] = PLB_MERGE_F_LOST;
+	c->start[c->n] = 0; /* no payload */
+	c->len[c->n] = 0;
 	c->n++;
 	return 1;
 }
@@ -402,9 +400,9 @@ emit_head(struct plb_merge *m, uint32_t i, int forced, struct plb_drain_ctx *c,
 		 * and NULL + 0 or memcpy(NULL, src, 0) is undefined behaviour. */
 		if (len) {
 			if (p)
-				copy_payload(o->buf + off, p, len);
+				copy_payload(c->buf + off, p, len);
 			else
-				plb_perfring_read(&s->pr, s->head_at, o->buf + off, len);
+				plb_perfring_read(&s->pr, s->head_at, c->buf + off, len);
 		}
 	}
 	if (late)
@@ -419,11 +417,11 @@ emit_head(struct plb_merge *m, uint32_t i, int forced, struct plb_drain_ctx *c,
 			c->stopped = 1;
 		return 1;
 	}
-	o->ring[c->n] = i;
-	o->ts[c->n] = ts;
-	o->flags[c->n] = fl;
-	o->start[c->n] = (uint32_t)off;
-	o->len[c->n] = len;
+	c->ring[c->n] = i;
+	c->ts[c->n] = ts;
+	c->flags[c->n] = fl;
+	c->start[c->n] = (uint32_t)off;
+	c->len[c->n] = len;
 	c->n++;
 	c->used = off + len;
 	return 1;
@@ -687,6 +685,12 @@ int plb_merge_drain(struct plb_merge *m, struct plb_merge_out *out,
 		return -EINVAL;
 	memset(&c, 0, sizeof(c));
 	c.out = out;
+	c.buf = out->buf;
+	c.ring = out->ring;
+	c.ts = out->ts;
+	c.flags = out->flags;
+	c.start = out->start;
+	c.len = out->len;
 	c.max = max_records;
 	c.cap = out->buf_size > UINT32_MAX ? UINT32_MAX : out->buf_size;
 	out->need = 0;
@@ -713,6 +717,45 @@ int plb_merge_consume(struct plb_merge *m, plb_merge_event_fn fn, void *ctx,
 	more = drain_passes(m, &c, !!(flags & PLB_MERGE_DRAIN_ALL), 1);
 	drain_end(m, &c, more);
 	return (int)c.n;
+}
+
+/* Four u32 lanes (GCC and clang vector extensions; SSE2 on x86-64): at -O2
+ * GCC 12 leaves plb_merge_out_uniform()'s plain loop scalar (~1.3 ns an
+ * entry, against ~0.3 this way). */
+typedef uint32_t plb_u32x4 __attribute__((vector_size(16)));
+
+int64_t plb_merge_out_uniform(const struct plb_merge_out *out, uint32_t n)
+{
+	const uint32_t *lens, *starts, *flags;
+	uint32_t len, step, bad, i = 0;
+	plb_u32x4 want_len, at, inc, any = { 0, 0, 0, 0 };
+
+	if (!out || !n)
+		return -1;
+	lens = out->len;
+	starts = out->start;
+	flags = out->flags;
+	len = lens[0];
+	/* 32-bit offsets, as the drain writes them (it never uses more than
+	 * 4 GiB, so at cannot wrap where the drain did not). */
+	step = (uint32_t)PLB_ALIGN8(len);
+	want_len = (plb_u32x4){ len, len, len, len };
+	at = (plb_u32x4){ 0, step, 2 * step, 3 * step };
+	inc = (plb_u32x4){ 4 * step, 4 * step, 4 * step, 4 * step };
+	/* No early exit: every entry is or-ed into any, so the loop has no
+	 * branch but its own. */
+	for (; i + 4 <= n; i += 4, at += inc) {
+		plb_u32x4 l, s, f;
+
+		memcpy(&l, lens + i, sizeof(l)); /* unaligned loads */
+		memcpy(&s, starts + i, sizeof(s));
+		memcpy(&f, flags + i, sizeof(f));
+		any |= (l ^ want_len) | (s ^ at) | f;
+	}
+	bad = any[0] | any[1] | any[2] | any[3];
+	for (; i < n; i++)
+		bad |= (lens[i] ^ len) | (starts[i] ^ i * step) | flags[i];
+	return bad ? -1 : (int64_t)len;
 }
 
 int plb_merge_poll_timeout_ms(struct plb_merge *m)

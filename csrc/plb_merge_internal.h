@@ -86,6 +86,16 @@ struct plb_sample {
  * or its callback (plb_merge_consume). */
 struct plb_drain_ctx {
 	struct plb_merge_out *out; /* drain */
+	/* Drain: out's buffer and arrays, loaded once. Read through out, every
+	 * store into them would make the compiler load them again (a payload
+	 * copy may alias out itself); a run's local copy of the context keeps
+	 * them in registers. */
+	uint8_t *buf;
+	uint32_t *ring;
+	uint64_t *ts;
+	uint32_t *flags;
+	uint32_t *start;
+	uint32_t *len;
 	plb_merge_event_fn fn;     /* consume */
 	void *fn_ctx;
 	uint32_t max;
@@ -138,8 +148,10 @@ static inline void note_head(struct plb_merge *m, struct plb_msrc *s, uint64_t t
 }
 
 /* Copy a payload out of the ring. Records are small: fixed-size pieces the
- * compiler inlines beat a libc call per record (2-4x in the merge's loop). */
-static inline void copy_payload(uint8_t *dst, const uint8_t *src, uint32_t len)
+ * compiler inlines beat a libc call per record (2-4x in the merge's loop).
+ * Always inline: left to itself, LTO made it a call per record. */
+static inline __attribute__((always_inline)) void
+copy_payload(uint8_t *dst, const uint8_t *src, uint32_t len)
 {
 	if (len > 256) {
 		memcpy(dst, src, len);

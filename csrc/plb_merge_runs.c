@@ -141,16 +141,15 @@ span_take(struct plb_span *x, const struct plb_sample_layout *lay, struct plb_dr
 		if (r->fn(r->fn_ctx, x->idx, x->ts, 0, payload, len))
 			r->stopped = 1;
 	} else {
-		struct plb_merge_out *o = r->out;
 		uint64_t at = PLB_ALIGN8(r->used);
 
 		if (len)
-			copy_payload(o->buf + at, payload, len);
-		o->ring[r->n] = x->idx;
-		o->ts[r->n] = x->ts;
-		o->flags[r->n] = 0;
-		o->start[r->n] = (uint32_t)at;
-		o->len[r->n] = len;
+			copy_payload(r->buf + at, payload, len);
+		r->ring[r->n] = x->idx;
+		r->ts[r->n] = x->ts;
+		r->flags[r->n] = 0;
+		r->start[r->n] = (uint32_t)at;
+		r->len[r->n] = len;
 		r->n++;
 		r->used = at + len;
 	}

@@ -20,7 +20,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from . import _arrow, _check, _into, _libbpf, _shim, _views
 from ._close import Closable, OneCaller, Waiter, one_caller
@@ -294,28 +294,45 @@ SMALL_BATCH = 32
 SMALL_BYTES = 4096
 
 
-_zero_bytes = bytes(8 << 16)
+#: The shared zeros :func:`zeros` hands out views of, oldest first. A larger one is added when a
+#: view needs more; the older ones stay (views may still use them), so :func:`any_nonzero` knows
+#: every view of them is zeros without reading it.
+_zero_buffers: list[bytes] = [bytes(8 << 16)]
+
+_ITEM_SIZES = {"?": 1, "I": 4, "Q": 8}
 
 
-def zeros(fmt: Literal["I", "Q"], n: int) -> memoryview:
-    """``n`` zeros of the struct format ``fmt`` ("I" or "Q"): a read-only view of one zeroed
-    buffer shared by every caller (no memory written per call; a fresh ``array.array`` of
-    zeros cost a uniform batch ~0.8 ns a record in cache misses and faults)."""
-    global _zero_bytes
-    size = n * (4 if fmt == "I" else 8)
-    if len(_zero_bytes) < size:
-        _zero_bytes = bytes(2 * size)
-    return memoryview(_zero_bytes).cast(fmt)[:n]
+@overload
+def zeros(fmt: Literal["?"], n: int) -> memoryview[bool]: ...
+
+
+@overload
+def zeros(fmt: Literal["I", "Q"], n: int) -> memoryview[int]: ...
+
+
+def zeros(fmt: Literal["?", "I", "Q"], n: int) -> memoryview[Any]:
+    """``n`` zeros (False for ``"?"``) of the struct format ``fmt``: a read-only view of one
+    zeroed buffer shared by every caller (no memory written per call; a fresh ``array.array`` of
+    zeros cost a uniform batch ~0.8 ns a record in cache misses and faults, a list of False ~2 ns)."""
+    size = n * _ITEM_SIZES[fmt]
+    if len(_zero_buffers[-1]) < size:
+        _zero_buffers.append(bytes(2 * size))
+    return memoryview(_zero_buffers[-1]).cast(fmt)[:n]
 
 
 def any_nonzero(values: Sequence[int]) -> bool:
-    """``any(values)``, at memory speed for an ``array.array`` (``any`` boxes every element)."""
-    if isinstance(values, array.array):
-        raw = values.tobytes()
-        return raw.count(0) != len(raw)
+    """``any(values)``, without reading a :func:`zeros` view and at memory speed for an
+    ``array.array`` or a memoryview (``any`` boxes every element; ``bytes.count`` reads ~1 ns a
+    byte, where comparing with fresh zeros is a ``memcmp``)."""
     if isinstance(values, memoryview):
-        return values.tobytes().count(0) != values.nbytes
-    return any(values)
+        if any(values.obj is z for z in _zero_buffers):
+            return False
+        raw = values.tobytes()
+    elif isinstance(values, array.array):
+        raw = values.tobytes()
+    else:
+        return any(values)
+    return raw != bytes(len(raw))
 
 
 def u32_array(ptr: CData, n: int) -> array.array[int]:
@@ -374,8 +391,11 @@ class OrderedBatch(Batch):
     ring buffer's index) and ``to_numpy()``: ``timestamps[i]`` is record
     ``i``'s merge key (ns; ``timestamps`` is an ``array.array('Q')``: a
     sequence of ints without a Python object per record) and ``late[i]`` is
-    True when it is below a timestamp delivered earlier. ``lost_notices`` lists the lost-samples notices the
-    merge met while producing this batch, as ``(cpu, count)`` pairs (they are
+    True when it is below a timestamp delivered earlier (``late`` is a
+    sequence of bools: a list, or for a large batch with none late a
+    read-only memoryview of shared zeros; ``list(batch.late)`` for a list).
+    ``lost_notices`` lists the lost-samples notices the merge met while
+    producing this batch, as ``(cpu, count)`` pairs (they are
     not records of the batch; ``lost`` is all zeros). The records are in
     memory of the batch's own (the merge's output buffer, handed over, or a
     ``bytes`` copy for a small batch), valid for as long as the batch, a view
@@ -387,7 +407,7 @@ class OrderedBatch(Batch):
     __slots__ = ("late", "lost_notices", "tag_name", "timestamps")
 
     timestamps: Sequence[int]
-    late: list[bool]
+    late: Sequence[bool]
     lost_notices: list[tuple[int, int]]
     tag_name: str
 
@@ -418,23 +438,31 @@ class OrderedBatch(Batch):
         else:
             batch.blob = bytes(ffi.buffer(out.buf, used)) if used else b""
             batch.view = memoryview(batch.blob)
-        batch.starts = u32_array(out.start, n)
-        batch.lens = u32_array(out.len, n)
+        size = _shim.plb_merge_out_uniform(out, n) if n > SMALL_BATCH else -1
+        if size >= 0:
+            # Samples of one size back to back, none flagged (the usual large batch): starts is a
+            # range, as for a uniform Batch; to_numpy and to_arrow then read the stride from it.
+            step = (size + 7) & ~7
+            batch.starts, batch.lens = range(0, n * step, step), array.array("I", [size]) * n
+        else:
+            batch.starts = u32_array(out.start, n)
+            batch.lens = u32_array(out.len, n)
         rings = u32_array(out.ring, n)
         if tag_of is not None:
             batch.tags = [tag_of[r] for r in rings]
         else:  # a large batch keeps the array (a list costs a pointer per record, made and freed)
             batch.tags = rings.tolist() if n <= SMALL_BATCH else rings
         ts = u64_array(out.ts, n)
-        flags = u32_array(out.flags, n)
-        if any_nonzero(flags):
+        flags = None if size >= 0 else u32_array(out.flags, n)
+        if flags is not None and any_nonzero(flags):
             late_bit, lost_bit = lib.PLB_MERGE_F_LATE, lib.PLB_MERGE_F_LOST
             batch.late = [bool(f & late_bit) for f in flags]
             # A lost-samples entry carries its count where a sample has its timestamp.
             batch.lost = [t if f & lost_bit else 0 for f, t in zip(flags, ts)]
             batch.timestamps = array.array("Q", [0 if f & lost_bit else t for f, t in zip(flags, ts)])
         else:
-            batch.late = [False] * n
+            # A large batch shares zeros (nothing written per record; a list costs ~2 ns a record).
+            batch.late = [False] * n if n <= SMALL_BATCH else zeros("?", n)
             batch.lost = zeros("Q", n)
             batch.timestamps = ts
         batch.lost_notices = []
@@ -480,7 +508,7 @@ class OrderedBatch(Batch):
         ts = self.timestamps
         ts_np = np.frombuffer(ts, dtype=np.uint64) if isinstance(ts, array.array) else np.asarray(ts, np.uint64)
         late = self.late
-        late_np = np.array(late, dtype=np.bool_) if any(late) else np.zeros(len(late), dtype=np.bool_)
+        late_np = np.array(late, dtype=np.bool_) if any_nonzero(late) else np.zeros(len(late), dtype=np.bool_)
         extra = [(name("timestamp"), pa.array(ts_np, type=pa.uint64())),
                  (name("late"), pa.array(late_np, type=pa.bool_())),
                  (name(self.tag_name), pa.array(np.asarray(self.tags, dtype=np.uint32), type=pa.uint32()))]

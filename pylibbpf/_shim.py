@@ -175,6 +175,12 @@ def plb_merge_drain(m: CData, out: CData, max_records: int, flags: int, what: st
     return ret
 
 
+def plb_merge_out_uniform(out: CData, n: int) -> int:
+    """The one length of ``out``'s first ``n`` entries when they are unflagged samples back to back
+    (8-byte aligned) from offset 0; -1 otherwise."""
+    return int(lib.plb_merge_out_uniform(out, n))
+
+
 def plb_merge_poll_timeout_ms(m: CData) -> int:
     return int(lib.plb_merge_poll_timeout_ms(m))
 

@@ -83,3 +83,31 @@ def test_to_numpy_equals_parsing_each_record(values: list[tuple[int, int, bytes]
     arr = batch.to_numpy(ev)
     assert [(int(r["a"]), int(r["b"])) for r in arr] == [(a, b) for a, b, _ in values]
     assert [(ev.parse(v).a, ev.parse(v).b) for v in batch] == [(a, b) for a, b, _ in values]
+
+
+# --- zeros() and any_nonzero(): how a batch says "nothing flagged" without a list per record -----
+
+
+def test_zeros_are_shared_read_only_and_known_to_be_zero() -> None:
+    from pylibbpf._batch import any_nonzero, zeros
+
+    small = zeros("?", 5)
+    assert list(small) == [False] * 5 and small.readonly
+    big = zeros("Q", (8 << 16) + 3)          # more than the first shared buffer: a larger one is added
+    assert len(big) == (8 << 16) + 3 and not any_nonzero(big)
+    assert not any_nonzero(zeros("I", 7)) and not any_nonzero(small)   # older views still known
+    assert not any_nonzero(small[2:]) and not any_nonzero(zeros("Q", 0))
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 300), at=st.integers(0, 299), value=st.integers(1, 2**64 - 1),
+       fmt=st.sampled_from(["I", "Q"]))
+def test_any_nonzero_sees_one_value_anywhere(n: int, at: int, value: int, fmt: str) -> None:
+    import array
+
+    from pylibbpf._batch import any_nonzero
+
+    values = array.array(fmt, [0]) * n
+    assert not any_nonzero(values) and not any_nonzero(memoryview(values)) and not any_nonzero([0] * n)
+    values[at % n] = (value % 2**32 or 1) if fmt == "I" else value
+    assert any_nonzero(values) and any_nonzero(memoryview(values)) and any_nonzero(list(values))

@@ -17,8 +17,11 @@ import struct
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pylibbpf import ffi, lib
+from pylibbpf import defevent, ffi, lib
+from pylibbpf._batch import SMALL_BATCH, OrderedBatch
 
 U64 = struct.Struct("<Q")
 PAGE = mmap.PAGESIZE
@@ -368,3 +371,107 @@ def test_ring_buffer_sources_merge_the_same_way() -> None:
     cfg.ts_mode = lib.PLB_TS_KERNEL
     cfg.sample_type = lib.PLB_PERF_SAMPLE_RAW | lib.PLB_PERF_SAMPLE_TIME
     assert lib.plb_merge_new(cfg, srcs, 2) == ffi.NULL
+
+
+# --- a drain's entries described by one length (plb_merge_out_uniform, OrderedBatch) -------------
+
+
+def out_arrays(lens: list[int], starts: list[int], flags: list[int]) -> tuple[Any, tuple[Any, ...]]:
+    n = len(lens)
+    keep = (ffi.new("uint32_t[]", lens), ffi.new("uint32_t[]", starts), ffi.new("uint32_t[]", flags))
+    out = ffi.new("struct plb_merge_out *")
+    out.len, out.start, out.flags = keep
+    assert n == len(starts) == len(flags)
+    return out, keep
+
+
+def uniform_model(lens: list[int], starts: list[int], flags: list[int]) -> int:
+    if not lens:
+        return -1
+    step = (lens[0] + 7) & ~7
+    ok = all(ln == lens[0] and s == i * step and not f for i, (ln, s, f) in enumerate(zip(lens, starts, flags)))
+    return lens[0] if ok else -1
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(0, 41), size=st.integers(0, 200), where=st.integers(0, 40),
+       change=st.sampled_from(["none", "len", "start", "flags", "lost"]))
+def test_uniform_entries_are_recognised_and_any_difference_is_not(n: int, size: int, where: int,
+                                                                  change: str) -> None:
+    # Every position, the vector lanes and the scalar tail alike (n up to 41: ten lanes of four and one).
+    step = (size + 7) & ~7
+    lens, starts, flags = [size] * n, [i * step for i in range(n)], [0] * n
+    if n and change != "none":
+        i = where % n
+        if change == "len":
+            lens[i] = size + 1
+        elif change == "start":
+            starts[i] += 8
+        elif change == "flags":
+            flags[i] = lib.PLB_MERGE_F_LATE
+        else:   # a PERF_RECORD_LOST entry, as the drain writes it
+            lens[i], starts[i], flags[i] = 0, 0, lib.PLB_MERGE_F_LOST
+    out, _keep = out_arrays(lens, starts, flags)
+    got = lib.plb_merge_out_uniform(out, n)
+    assert got == uniform_model(lens, starts, flags)
+    if n and change == "none":
+        assert got == size
+    elif (change in ("start", "flags") and n) or (change in ("len", "lost") and n > 1):
+        assert got == -1   # (one entry of another length alone is uniform: its length is the one)
+    assert lib.plb_merge_out_uniform(ffi.NULL, n) == -1
+
+
+def test_a_drain_of_equal_records_is_uniform_and_a_lost_record_breaks_it() -> None:
+    base = now_ns() - 10 * 10**9
+    rings = [FakePerfRing(1 << 16), FakePerfRing(1 << 16)]
+    merge = Merge(rings)
+    for i in range(40):
+        rings[i % 2].sample(event(base + i, i, bytes(20)))
+    for ring in rings:
+        ring.publish()
+    got = merge.drain(lib.PLB_MERGE_DRAIN_ALL)
+    assert len(got) == 40
+    assert lib.plb_merge_out_uniform(merge.out, 40) == len(got[0][3]) == 36   # 32 bytes, padded as perf pads
+    rings[0].sample(event(base + 50, 50, bytes(20)))
+    rings[0].lost(3)
+    rings[0].sample(event(base + 51, 51, bytes(28)))   # another length
+    rings[0].publish()
+    got = merge.drain(lib.PLB_MERGE_DRAIN_ALL)
+    assert [flags for _, _, flags, _ in got] == [0, lib.PLB_MERGE_F_LOST, 0]
+    assert lib.plb_merge_out_uniform(merge.out, 1) == 36
+    assert lib.plb_merge_out_uniform(merge.out, 2) == -1
+
+
+def test_an_ordered_batch_of_equal_records_is_described_by_its_stride() -> None:
+    base = now_ns() - 10 * 10**9
+    rings = [FakePerfRing(1 << 16), FakePerfRing(1 << 16)]
+    merge = Merge(rings)
+    n = 3 * SMALL_BATCH
+    for i in range(n):
+        rings[i % 2].sample(event(base + i, i, bytes(20)))
+    for ring in rings:
+        ring.publish()
+    k = lib.plb_merge_drain(merge.m, merge.out, merge.max, lib.PLB_MERGE_DRAIN_ALL)
+    assert k == n
+    batch = OrderedBatch.from_merge(merge.out, n, None, "cpu")
+    assert batch.starts == range(0, 40 * n, 40) and list(batch.lens) == [36] * n   # perf's padding
+    assert list(batch.tags) == [i % 2 for i in range(n)]
+    assert [t - base for t in batch.timestamps] == list(range(n))
+    assert not any(batch.late) and len(batch.late) == n and batch.take_lost() == []
+    assert [struct.unpack_from("<QI", rec) for rec in batch] == [(base + i, i) for i in range(n)]
+    ev = defevent("Ev", ("ts", "u64"), ("tag", "u32"), ("pad", "u8", 20))
+    arr = batch.to_numpy(ev)
+    assert arr["tag"].tolist() == list(range(n)) and arr.strides == (40,)
+    rest = batch.rest()
+    assert len(rest) == n
+    # One late record among them: the arrays are read entry by entry, late is a list.
+    for i in range(n):
+        rings[i % 2].sample(event(base + n + i, n + i, bytes(20)))
+    rings[1].sample(event(base + 1, 999, bytes(20)))    # below what was already emitted
+    for ring in rings:
+        ring.publish()
+    k = lib.plb_merge_drain(merge.m, merge.out, merge.max, lib.PLB_MERGE_DRAIN_ALL)
+    batch = OrderedBatch.from_merge(merge.out, k, None, "cpu")
+    assert k == n + 1 and not isinstance(batch.starts, range)
+    assert list(batch.late).count(True) == 1
+    assert batch.to_numpy(ev)["tag"].tolist().count(999) == 1
