@@ -148,6 +148,8 @@ static int any_pressured(const struct plb_merge *m)
  * the callback has asked to stop). */
 static int out_lost(struct plb_drain_ctx *c, uint32_t i, uint64_t lost)
 {
+	struct plb_merge_out *o = c->out;
+
 	if (c->stopped)
 		return 0;
 	if (c->n >= c->max) {
@@ -160,11 +162,11 @@ static int out_lost(struct plb_drain_ctx *c, uint32_t i, uint64_t lost)
 		c->n++;
 		return 1;
 	}
-	c->ring[c->n] = i;
-	c->ts[c->n] = lost;
-	c->flags[c->n] = PLB_MERGE_F_LOST;
-	c->start[c->n] = 0; /* no payload */
-	c->len[c->n] = 0;
+	o->ring[c->n] = i;
+	o->ts[c->n] = lost;
+	o->flags[c->n] = PLB_MERGE_F_LOST;
+	o->start[c->n] = 0; /* no payload */
+	o->len[c->n] = 0;
 	c->n++;
 	return 1;
 }
@@ -400,9 +402,9 @@ emit_head(struct plb_merge *m, uint32_t i, int forced, struct plb_drain_ctx *c,
 		 * and NULL + 0 or memcpy(NULL, src, 0) is undefined behaviour. */
 		if (len) {
 			if (p)
-				copy_payload(c->buf + off, p, len);
+				copy_payload(o->buf + off, p, len);
 			else
-				plb_perfring_read(&s->pr, s->head_at, c->buf + off, len);
+				plb_perfring_read(&s->pr, s->head_at, o->buf + off, len);
 		}
 	}
 	if (late)
@@ -417,11 +419,11 @@ emit_head(struct plb_merge *m, uint32_t i, int forced, struct plb_drain_ctx *c,
 			c->stopped = 1;
 		return 1;
 	}
-	c->ring[c->n] = i;
-	c->ts[c->n] = ts;
-	c->flags[c->n] = fl;
-	c->start[c->n] = (uint32_t)off;
-	c->len[c->n] = len;
+	o->ring[c->n] = i;
+	o->ts[c->n] = ts;
+	o->flags[c->n] = fl;
+	o->start[c->n] = (uint32_t)off;
+	o->len[c->n] = len;
 	c->n++;
 	c->used = off + len;
 	return 1;
@@ -685,12 +687,6 @@ int plb_merge_drain(struct plb_merge *m, struct plb_merge_out *out,
 		return -EINVAL;
 	memset(&c, 0, sizeof(c));
 	c.out = out;
-	c.buf = out->buf;
-	c.ring = out->ring;
-	c.ts = out->ts;
-	c.flags = out->flags;
-	c.start = out->start;
-	c.len = out->len;
 	c.max = max_records;
 	c.cap = out->buf_size > UINT32_MAX ? UINT32_MAX : out->buf_size;
 	out->need = 0;

@@ -86,16 +86,6 @@ struct plb_sample {
  * or its callback (plb_merge_consume). */
 struct plb_drain_ctx {
 	struct plb_merge_out *out; /* drain */
-	/* Drain: out's buffer and arrays, loaded once. Read through out, every
-	 * store into them would make the compiler load them again (a payload
-	 * copy may alias out itself); a run's local copy of the context keeps
-	 * them in registers. */
-	uint8_t *buf;
-	uint32_t *ring;
-	uint64_t *ts;
-	uint32_t *flags;
-	uint32_t *start;
-	uint32_t *len;
 	plb_merge_event_fn fn;     /* consume */
 	void *fn_ctx;
 	uint32_t max;

@@ -118,6 +118,33 @@ run_room(const struct plb_drain_ctx *r, const struct plb_span *x, const struct p
 	return r->n < r->max && PLB_ALIGN8(r->used) + len <= r->cap;
 }
 
+/* A drain run's output: plb_merge_out's buffer and arrays, loaded once per
+ * run. Read through out, every store into them would make the compiler load
+ * them again (a payload copy may alias plb_merge_out itself). Kept out of the
+ * drain context, whose run copy must stay small enough to live in registers:
+ * a consume run (to_fn 1) never loads it. */
+struct plb_run_out {
+	uint8_t *buf;
+	uint32_t *ring;
+	uint64_t *ts;
+	uint32_t *flags;
+	uint32_t *start;
+	uint32_t *len;
+};
+
+static inline __attribute__((always_inline)) void
+run_out_load(struct plb_run_out *o, const struct plb_drain_ctx *c, const int to_fn)
+{
+	if (to_fn)
+		return;
+	o->buf = c->out->buf;
+	o->ring = c->out->ring;
+	o->ts = c->out->ts;
+	o->flags = c->out->flags;
+	o->start = c->out->start;
+	o->len = c->out->len;
+}
+
 /* One step of a run for side x: emit its head if its key sorts below the
  * run's bound and the output has room -- copied to the output (to_fn 0) or in
  * place to the callback (to_fn 1) -- then parse that ring's next record.
@@ -127,7 +154,7 @@ run_room(const struct plb_drain_ctx *r, const struct plb_span *x, const struct p
  * fill_head() to find (not the plain case, or the callback stopped). */
 static inline __attribute__((always_inline)) int
 span_take(struct plb_span *x, const struct plb_sample_layout *lay, struct plb_drain_ctx *r,
-	  const int to_fn)
+	  const struct plb_run_out *o, const int to_fn)
 {
 	const uint8_t *payload = x->rec + lay->raw_off + sizeof(uint32_t);
 	uint32_t len;
@@ -144,12 +171,12 @@ span_take(struct plb_span *x, const struct plb_sample_layout *lay, struct plb_dr
 		uint64_t at = PLB_ALIGN8(r->used);
 
 		if (len)
-			copy_payload(r->buf + at, payload, len);
-		r->ring[r->n] = x->idx;
-		r->ts[r->n] = x->ts;
-		r->flags[r->n] = 0;
-		r->start[r->n] = (uint32_t)at;
-		r->len[r->n] = len;
+			copy_payload(o->buf + at, payload, len);
+		o->ring[r->n] = x->idx;
+		o->ts[r->n] = x->ts;
+		o->flags[r->n] = 0;
+		o->start[r->n] = (uint32_t)at;
+		o->len[r->n] = len;
 		r->n++;
 		r->used = at + len;
 	}
@@ -180,6 +207,7 @@ perf_run(struct plb_merge *m, uint32_t i, const struct plb_front *bound,
 {
 	const struct plb_sample_layout lay = m->lay;
 	struct plb_drain_ctx r = *c;
+	struct plb_run_out o;
 	struct plb_span a;
 	int ret;
 
@@ -187,7 +215,8 @@ perf_run(struct plb_merge *m, uint32_t i, const struct plb_front *bound,
 	if (!span_begin(&a, m, i, bound) || below_last(m, a.ts) || a.ts > a.lim ||
 	    !run_room(&r, &a, &lay, to_fn))
 		return -1;
-	while (!(ret = span_take(&a, &lay, &r, to_fn)))
+	run_out_load(&o, c, to_fn);
+	while (!(ret = span_take(&a, &lay, &r, &o, to_fn)))
 		;
 	ret = span_end(m, &a, &lay, ret == 1);
 	run_end(m, c, &r, c->n, a.last);
@@ -210,6 +239,7 @@ perf_pair(struct plb_merge *m, uint32_t pb, const struct plb_front *bound,
 {
 	const struct plb_sample_layout lay = m->lay;
 	struct plb_drain_ctx r = *c;
+	struct plb_run_out o;
 	struct plb_span a, b, t;
 	int ret, x_a;
 
@@ -224,6 +254,7 @@ perf_pair(struct plb_merge *m, uint32_t pb, const struct plb_front *bound,
 		a = b;
 		b = t;
 	}
+	run_out_load(&o, c, to_fn);
 	/* The first step emits the top's head: it sorts below the other. */
 	do {
 		/* Two calls, not one through a selected pointer: each side's
@@ -232,10 +263,10 @@ perf_pair(struct plb_merge *m, uint32_t pb, const struct plb_front *bound,
 		 * to the previous comparison (about 4x slower interleaved). */
 		if (a.ts <= b.ts) {
 			x_a = 1;
-			ret = span_take(&a, &lay, &r, to_fn);
+			ret = span_take(&a, &lay, &r, &o, to_fn);
 		} else {
 			x_a = 0;
-			ret = span_take(&b, &lay, &r, to_fn);
+			ret = span_take(&b, &lay, &r, &o, to_fn);
 		}
 	} while (!ret);
 	{
