@@ -732,6 +732,8 @@ int64_t plb_merge_out_uniform(const struct plb_merge_out *out, uint32_t n)
 	starts = out->start;
 	flags = out->flags;
 	len = lens[0];
+	if (!len) /* empty payloads share one offset: no stride to describe them by */
+		return -1;
 	/* 32-bit offsets, as the drain writes them (it never uses more than
 	 * 4 GiB, so at cannot wrap where the drain did not). */
 	step = (uint32_t)PLB_ALIGN8(len);
