@@ -37,6 +37,16 @@ def both(chunks: list[list[int]]) -> tuple[SeqCheck, SeqCheck]:
     return by_array, by_loop
 
 
+def cut_into(seqs: list[int], cuts: list[int]) -> list[list[int]]:
+    """``seqs`` as the arrays a reader would hand out: pieces of the lengths in ``cuts``, then the rest."""
+    chunks, at = [], 0
+    for cut in [*cuts, len(seqs)]:
+        if at < len(seqs):
+            chunks.append(seqs[at:at + cut])
+            at += cut
+    return chunks
+
+
 def run_of(stream: int, start: int, n: int) -> list[int]:
     return [(stream << STREAM_SHIFT) + start + i for i in range(n)]
 
@@ -88,12 +98,7 @@ def test_array_path_counts_what_the_loop_counts(steps: list[int], cuts: list[int
         at = max(0, per_stream.get(stream, -1) + step)
         per_stream[stream] = at
         seqs.append((stream << STREAM_SHIFT) + at)
-    chunks, at = [], 0
-    for cut in [*cuts, len(seqs)]:
-        if at < len(seqs):
-            chunks.append(seqs[at:at + cut])
-            at += cut
-    by_array, by_loop = both(chunks)
+    by_array, by_loop = both(cut_into(seqs, cuts))
     assert state(by_array) == state(by_loop)
 
 
@@ -126,10 +131,5 @@ def test_blocks_of_streams_count_what_the_loop_counts(blocks: list[tuple[int, in
         first = max(0, at.get(stream, 0) + skew)
         seqs += run_of(stream, first, length)
         at[stream] = first + length
-    chunks, pos = [], 0
-    for cut in [*cuts, len(seqs)]:
-        if pos < len(seqs):
-            chunks.append(seqs[pos:pos + cut])
-            pos += cut
-    by_array, by_loop = both(chunks)
+    by_array, by_loop = both(cut_into(seqs, cuts))
     assert state(by_array) == state(by_loop)
