@@ -217,9 +217,9 @@ int plb_merge_consume(struct plb_merge *m, plb_merge_event_fn fn, void *ctx,
  * of one length of at least one byte laid back to back from offset 0 (each
  * at the previous start plus the length rounded up to 8: how a drain lays
  * them out) with no flags (none late, lost or forced); else -1 (also for
- * n == 0). A reader then
- * describes the entries by that length alone, without their arrays. One pass
- * over three of the arrays, right after the drain wrote them. */
+ * n == 0). A reader then describes the entries by that length alone,
+ * without their arrays. One pass over three of the arrays, right after the
+ * drain wrote them. */
 int64_t plb_merge_out_uniform(const struct plb_merge_out *out, uint32_t n);
 
 /* The epoll timeout, in ms rounded up, for the last drain's deadline: -1 (no

@@ -23,7 +23,8 @@
  *     valid head (returns 1) or none yet (returns 0: the caller's fill_head()
  *     finds it, counting what it skips).
  * The fast paths keep the cursors, the output position and the counts in
- * registers (a local copy of the drain context) and parse each record once.
+ * registers (a local copy of the drain context, and of the output's pointers
+ * in a drain) and parse each record once.
  * tests/c/test_merge.c (test_runs, test_malformed_in_run, test_run_floor)
  * and the fuzz target tests/fuzz/fuzz_merge.c check this agreement against
  * a model of the rule.
