@@ -21,7 +21,9 @@ perf event array and the same ring size (PAGES pages per CPU), read by:
 
 Every consumer checks every event's sequence number (each CPU's stream must
 arrive complete and in order); the ``-batch`` rows do it in a Python loop
-over the batch, the ``-numpy`` rows on ``batch.to_numpy()`` with numpy, and
+over the batch, the ``-numpy`` rows on ``batch.to_numpy()`` with the main
+suite's array check (``harness.SeqCheck.walk_array``; before 2026-11-27's
+fourth session, a check of their own that sorted the stream column), and
 the ``-count`` rows only count the batch (the transport alone). For the
 Python ordered rows, the time spent inside the C merge (``plb_merge_drain``)
 is also measured ("C merge alone").
@@ -53,6 +55,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .harness import SeqCheck
 from .producers import BENCH_C, PRODUCER_OBJ, Trigger, build, online_cpus, pin
 
 PAGES = 4096                 # pages per CPU ring (16 MiB): holds a drain round
@@ -63,19 +66,12 @@ WINDOW_MS = 5.0              # OrderedReader's default window
 INTERLEAVE = {"drain": 0, "drain-interleaved": 1}   # events per trigger per CPU in a round-robin fill
 
 
-def check_numpy(batch: Any, event: Any, expect: dict[int, int]) -> int:
-    """check_walk's test on ``batch.to_numpy(event)``, vectorised per stream."""
-    import numpy as np
-
-    seq = batch.to_numpy(event)["seq"]
-    streams = seq >> STREAM_SHIFT
-    bad = 0
-    for stream in np.unique(streams).tolist():
-        mine = seq[streams == stream]
-        bad += int(np.count_nonzero(np.diff(mine) != 1))
-        bad += int(mine[0]) != expect.get(stream, stream << STREAM_SHIFT)
-        expect[stream] = int(mine[-1]) + 1
-    return bad
+def check_numpy(batch: Any, event: Any, check: SeqCheck) -> int:
+    """The main suite's array check (``SeqCheck.walk_array``, every seq compared) on
+    ``batch.to_numpy(event)``; returns the events it found missing, repeated or out of order."""
+    before = check.gaps + check.seq_errors
+    check.walk_array(batch.to_numpy(event))
+    return check.gaps + check.seq_errors - before
 
 
 def check_walk(batch: Any, expect: dict[int, int]) -> int:
@@ -157,6 +153,8 @@ def run_python(name: str, mode: str, size: int, events: int, min_time: float) ->
         trigger = Trigger(obj.programs["produce_perf"].fd, size, per_cpu=True)
         read_batch, close, extra = python_reader(name, obj)
         expect: dict[int, int] = {}
+        array_check = SeqCheck()
+        array_check.warm_up(event.numpy_dtype())
         received = bad = rounds = produced = 0
         wall = cpu = 0.0
 
@@ -169,7 +167,7 @@ def run_python(name: str, mode: str, size: int, events: int, min_time: float) ->
                 if len(batch):
                     received += len(batch)
                     if name.endswith("-numpy"):
-                        bad += check_numpy(batch, event, expect)
+                        bad += check_numpy(batch, event, array_check)
                     elif walk:
                         bad += check_walk(batch, expect)
                     t_last = time.perf_counter()   # after the work on the batch
