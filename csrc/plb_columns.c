@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "plb_columns.h"
+#include "plb_vectorise.h"
 
 #define PLB_COL_ALIGN 64 /* Arrow's recommended buffer alignment */
 
@@ -28,14 +29,7 @@ static int check_columns(uint64_t n, uint32_t rec_size, const struct plb_column 
 	return 0;
 }
 
-/* The index checks below are reductions over every record: vectorised, they
- * cost a fraction of a nanosecond per record instead of about one (GCC does
- * not vectorise at the extension's -O2; clang ignores the attribute). */
-#if defined(__GNUC__) && !defined(__clang__)
-#define PLB_VECTORISE __attribute__((optimize("tree-vectorize")))
-#else
-#define PLB_VECTORISE
-#endif
+/* The index checks below are reductions over every record (plb_vectorise.h). */
 
 PLB_VECTORISE static uint32_t min_u32(const uint32_t *v, uint64_t n)
 {

@@ -29,7 +29,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-
 /* Look at the record at consumer position pos without consuming it. */
 int plb_rb_peek(const struct plb_rb_view *v, uint64_t pos, const void **data,
 		uint32_t *len, uint64_t *next_pos)

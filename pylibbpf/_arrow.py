@@ -143,14 +143,14 @@ def from_records(base: Any, starts: Any, lens: Any, n: int, stride: int, event_d
     first = 0
     if starts is None:
         c_starts = c_lens = ffi.NULL
-    elif n == 1:   # one record (a wakeup's worth): no index arrays to build
+    elif n == 1 or type(starts) is range:
+        # One record (a wakeup's worth), or a uniform batch (records of lens[0] bytes at the
+        # range's step): no index arrays to build.
         if lens[0] < layout.size:
             raise _too_short(layout, lens)
         first, c_starts, c_lens = int(starts[0]), ffi.NULL, ffi.NULL
-    elif type(starts) is range:   # a uniform batch: records of lens[0] bytes, back to back
-        if lens[0] < layout.size:
-            raise _too_short(layout, lens)
-        first, stride, c_starts, c_lens = starts.start, starts.step, ffi.NULL, ffi.NULL
+        if type(starts) is range:
+            stride = starts.step
     elif isinstance(starts, list):   # a few records: one allocation for both
         both = ffi.new("uint32_t[]", starts + list(lens))
         c_starts, c_lens = both, both + n

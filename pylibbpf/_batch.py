@@ -129,7 +129,7 @@ class Batch:
                 self.starts, self.lens = list(range(0, n * size, size)), [size] * n
                 self.tags, self.lost = [batch.tag[0] if with_tags else 0] * n, [0] * n
             else:
-                self.starts, self.lens = range(0, n * size, size), array.array("I", [size]) * n
+                self.starts, self.lens = uniform_index(n, size)
                 self.tags = [batch.tag[0]] * n if with_tags else zeros("I", n)
                 self.lost = zeros("Q", n)
         elif n <= SMALL_BATCH:
@@ -335,6 +335,14 @@ def any_nonzero(values: Sequence[int]) -> bool:
     return raw != bytes(len(raw))
 
 
+def uniform_index(n: int, size: int) -> tuple[range, array.array[int]]:
+    """``starts`` and ``lens`` of ``n`` records of ``size`` bytes laid out as the C drains lay them:
+    each at the 8-byte aligned end of the one before, from offset 0. ``starts`` is a ``range``, which
+    tells ``to_numpy``, ``to_arrow`` and the callback loop the stride without a look at the lengths."""
+    step = (size + 7) & ~7
+    return range(0, n * step, step), array.array("I", [size]) * n
+
+
 def u32_array(ptr: CData, n: int) -> array.array[int]:
     out = array.array("I")
     out.frombytes(ffi.buffer(ptr, 4 * n))
@@ -442,8 +450,7 @@ class OrderedBatch(Batch):
         if size >= 0:
             # Samples of one size back to back, none flagged (the usual large batch): starts is a
             # range, as for a uniform Batch; to_numpy and to_arrow then read the stride from it.
-            step = (size + 7) & ~7
-            batch.starts, batch.lens = range(0, n * step, step), array.array("I", [size]) * n
+            batch.starts, batch.lens = uniform_index(n, size)
         else:
             batch.starts = u32_array(out.start, n)
             batch.lens = u32_array(out.len, n)
