@@ -36,13 +36,15 @@ C_CONSUMERS = {"c-ringbuf": "ringbuf", "c-perfbuf": "perfbuf", "c-memcpy": "memc
 C_MODES = {"c-memcpy": ("drain",)}   # the copy ceiling has no producer: drain only
 ORDER = ["c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "bcc-ringbuf-event",
          "pylibbpf-ringbuf-callback", "pylibbpf-ringbuf-noop", "pylibbpf-ringbuf-batch",
-         "pylibbpf-ringbuf-numpy", "pylibbpf-ringbuf-into", "pylibbpf-ringbuf-arrow", "pylibbpf-backpressure",
+         "pylibbpf-ringbuf-numpy", "pylibbpf-ringbuf-into", "pylibbpf-ringbuf-arrow", "pylibbpf-ringbuf-readarrow",
+         "pylibbpf-backpressure",
          "c-perfbuf", "pylibbpf-perfbuf-callback", "pylibbpf-perfbuf-batch", "pylibbpf-ordered-batch",
          "pylibbpf-ordered-numpy", "pylibbpf-ordered-into"]
 # The rows the targets read: --quick runs only these.
 QUICK = {"c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "pylibbpf-ringbuf-callback",
          "pylibbpf-ringbuf-noop", "pylibbpf-ringbuf-batch", "pylibbpf-ringbuf-numpy", "c-perfbuf",
-         "pylibbpf-ordered-numpy", "pylibbpf-ringbuf-into", "pylibbpf-ordered-into", "pylibbpf-ringbuf-arrow"}
+         "pylibbpf-ordered-numpy", "pylibbpf-ringbuf-into", "pylibbpf-ordered-into", "pylibbpf-ringbuf-arrow",
+         "pylibbpf-ringbuf-readarrow"}
 ORDERED_WINDOW_MS = 5   # OrderedReader's default window: its latency target is window + 1 ms
 LATENCY_RATE = 10_000   # events per second, one per trigger
 PERF_WAKEUP_C = 4096    # the C perf consumer's wakeup_events in throughput runs (pylibbpf's PerfBuffer: 1)
@@ -223,8 +225,8 @@ def baselines(name: str, mode: str, size: int) -> dict[str, tuple[str, str, int]
     out = {}
     if kind in ("ringbuf", "perfbuf"):
         out["c"] = (f"c-{kind}", mode, size)
-    if name.endswith("-arrow"):   # to_arrow is measured against to_numpy on the same reader
-        out["numpy"] = (name.removesuffix("-arrow") + "-numpy", mode, size)
+    if name.endswith("arrow"):   # to_arrow and read_arrow against to_numpy on the same reader
+        out["numpy"] = (name.rsplit("-", 1)[0] + "-numpy", mode, size)
     if kind == "ringbuf":
         out["bcc"] = ("bcc-ringbuf-noop" if name.endswith("-noop") else "bcc-ringbuf", mode, size)
         if mode == "drain":
@@ -288,9 +290,10 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
          get("pylibbpf-ringbuf-numpy", "drain", 32, "ratio_to_c"))
     want("pylibbpf-ringbuf-numpy drain >= 0.5x memcpy, 1024 B", 0.5,
          get("pylibbpf-ringbuf-numpy", "drain", 1024, "ratio_to_memcpy"))
-    for size in (32, 1024):
-        want(f"pylibbpf-ringbuf-arrow drain >= 0.9x pylibbpf-ringbuf-numpy, {size} B", 0.9,
-             get("pylibbpf-ringbuf-arrow", "drain", size, "ratio_to_numpy"))
+    for name in ("pylibbpf-ringbuf-arrow", "pylibbpf-ringbuf-readarrow"):
+        for size in (32, 1024):
+            want(f"{name} drain >= 0.9x pylibbpf-ringbuf-numpy, {size} B", 0.9,
+                 get(name, "drain", size, "ratio_to_numpy"))
     want("pylibbpf-ordered-numpy drain >= 0.35x c-perfbuf, 32 B", 0.35,
          get("pylibbpf-ordered-numpy", "drain", 32, "ratio_to_c"))
     want("pylibbpf-ringbuf-noop >= 3x bcc-ringbuf-noop (empty callback), 32 B, drain", 3.0,

@@ -200,6 +200,25 @@ def ringbuf_arrow(size: int, check: SeqCheck) -> Reader:
                   closing(rb, obj))
 
 
+@consumer("pylibbpf-ringbuf-readarrow", "ringbuf")
+def ringbuf_read_arrow(size: int, check: SeqCheck) -> Reader:
+    """rb.read_arrow(event): records straight from the ring into Arrow columns (one copy, no batch)."""
+    from pylibbpf import Batch, RingBuffer
+
+    ev = event_def(size)
+    Batch.empty().to_arrow(ev)   # warm up: numpy and pyarrow are imported on first use
+    obj, trigger, failures = libbpf_producer("ringbuf", size)
+    rb = RingBuffer(obj.maps[RING_MAP], lambda data: None)
+
+    def step(timeout_ms: int) -> int:
+        got = check.walk_array(ArrowRows(rb.read_arrow(ev, timeout_ms / 1000)))
+        if rb.odd_records:
+            raise AssertionError(f"read_arrow handed back {rb.odd_records} records of another size")
+        return got
+
+    return Reader(step, trigger, failures, closing(rb, obj))
+
+
 # -- perf buffers ---------------------------------------------------------------
 
 @consumer("pylibbpf-perfbuf-callback", "perfbuf")

@@ -216,6 +216,37 @@ uint32_t plb_merge_nsources(const struct plb_merge *m);
 #define PLB_PERF_SAMPLE_RAW ...
 #define PLB_PERF_SAMPLE_TIME ...
 
+/* csrc/plb_columns.h */
+enum plb_col_kind { PLB_COL_FIXED, PLB_COL_STRING, ... };
+struct plb_column {
+    uint32_t offset;
+    uint32_t size;
+    uint32_t kind;
+    uint32_t count;
+    uint8_t *values;
+    int32_t *offsets;
+    uint32_t high;
+    ...;
+};
+struct plb_arrow_array {
+    int64_t length;
+    int64_t null_count;
+    int64_t offset;
+    int64_t n_buffers;
+    int64_t n_children;
+    const void **buffers;
+    struct plb_arrow_array **children;
+    struct plb_arrow_array *dictionary;
+    void (*release)(struct plb_arrow_array *);
+    void *private_data;
+    ...;
+};
+int plb_columns_scatter(const uint8_t *base, uint64_t base_len, const uint32_t *starts, const uint32_t *lens, uint64_t first, uint64_t stride, uint64_t n, uint32_t rec_size, struct plb_column *cols, uint32_t ncols, uint32_t *shortest);
+int plb_columns_arrow(const uint8_t *base, uint64_t base_len, const uint32_t *starts, const uint32_t *lens, uint64_t first, uint64_t stride, uint64_t n, uint32_t rec_size, struct plb_column *cols, uint32_t ncols, uint32_t *shortest, struct plb_arrow_array *out);
+int plb_columns_arrow_alloc(uint64_t cap, uint32_t rec_size, struct plb_column *cols, uint32_t ncols, struct plb_arrow_array *out);
+void plb_columns_put(const uint8_t *base, const uint32_t *starts, uint64_t first, uint64_t stride, uint64_t k, uint64_t row0, struct plb_column *cols, uint32_t ncols);
+void plb_columns_arrow_finish(struct plb_arrow_array *out, uint64_t n, struct plb_column *cols, uint32_t ncols);
+
 /* csrc/plb_into.h */
 enum plb_into_stop { PLB_INTO_EMPTY, PLB_INTO_FULL, PLB_INTO_ODD, PLB_INTO_LOST, ... };
 struct plb_into {
@@ -225,6 +256,8 @@ struct plb_into {
     uint32_t perf_pad;
     uint64_t *ts;
     uint8_t *flags;
+    struct plb_column *cols;
+    uint32_t ncols;
     uint64_t n;
     uint64_t discarded;
     uint64_t skipped;
@@ -259,34 +292,6 @@ void plb_iter_info_set_map_fd(union bpf_iter_link_info *info, uint32_t map_fd);
 
 /* csrc/plb_btf.h */
 int plb_btf_dump_c(const struct btf *btf, int fd);
-
-/* csrc/plb_columns.h */
-enum plb_col_kind { PLB_COL_FIXED, PLB_COL_STRING, ... };
-struct plb_column {
-    uint32_t offset;
-    uint32_t size;
-    uint32_t kind;
-    uint32_t count;
-    uint8_t *values;
-    int32_t *offsets;
-    uint32_t high;
-    ...;
-};
-struct plb_arrow_array {
-    int64_t length;
-    int64_t null_count;
-    int64_t offset;
-    int64_t n_buffers;
-    int64_t n_children;
-    const void **buffers;
-    struct plb_arrow_array **children;
-    struct plb_arrow_array *dictionary;
-    void (*release)(struct plb_arrow_array *);
-    void *private_data;
-    ...;
-};
-int plb_columns_scatter(const uint8_t *base, uint64_t base_len, const uint32_t *starts, const uint32_t *lens, uint64_t first, uint64_t stride, uint64_t n, uint32_t rec_size, struct plb_column *cols, uint32_t ncols, uint32_t *shortest);
-int plb_columns_arrow(const uint8_t *base, uint64_t base_len, const uint32_t *starts, const uint32_t *lens, uint64_t first, uint64_t stride, uint64_t n, uint32_t rec_size, struct plb_column *cols, uint32_t ncols, uint32_t *shortest, struct plb_arrow_array *out);
 
 /* csrc/pylibbpf_shim.h */
 extern "Python+C" void plb_py_log(int level, const char *msg);

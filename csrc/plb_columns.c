@@ -259,23 +259,17 @@ static void array_init(struct plb_arrow_array *a, struct plb_columns_block *blk,
 	buffers[0] = NULL; /* no validity bitmap: no nulls */
 }
 
-int plb_columns_arrow(const uint8_t *base, uint64_t base_len, const uint32_t *starts,
-		      const uint32_t *lens, uint64_t first, uint64_t stride, uint64_t n,
-		      uint32_t rec_size, struct plb_column *cols, uint32_t ncols,
-		      uint32_t *shortest, struct plb_arrow_array *out)
+/* The block for n rows of the (checked) columns, and *out describing it;
+ * cols[].values/.offsets point into it. 0, -EINVAL or -ENOMEM. */
+static int columns_alloc(uint64_t n, struct plb_column *cols, uint32_t ncols,
+			 struct plb_arrow_array *out)
 {
 	uint64_t narrays = ncols, nslots = 1 + ncols, data = 0, head;
 	struct plb_columns_block *blk;
 	struct plb_arrow_array *arr;
 	const void **slot;
 	uint8_t *mem;
-	int err;
 
-	err = check_columns(n, rec_size, cols, ncols);
-	if (!err)
-		err = check_records(base_len, &starts, lens, &first, &stride, n, rec_size, shortest);
-	if (err)
-		return err;
 	/* n <= 2^32 and size < 2^32: each column's bytes fit in 64 bits; the sum is checked */
 	for (uint32_t c = 0; c < ncols; c++) {
 		const struct plb_column *col = &cols[c];
@@ -349,6 +343,76 @@ int plb_columns_arrow(const uint8_t *base, uint64_t base_len, const uint32_t *st
 			slot += 2;
 		}
 	}
+	return 0;
+}
+
+int plb_columns_arrow(const uint8_t *base, uint64_t base_len, const uint32_t *starts,
+		      const uint32_t *lens, uint64_t first, uint64_t stride, uint64_t n,
+		      uint32_t rec_size, struct plb_column *cols, uint32_t ncols,
+		      uint32_t *shortest, struct plb_arrow_array *out)
+{
+	int err = check_columns(n, rec_size, cols, ncols);
+
+	if (!err)
+		err = check_records(base_len, &starts, lens, &first, &stride, n, rec_size, shortest);
+	if (!err)
+		err = columns_alloc(n, cols, ncols, out);
+	if (err)
+		return err;
 	scatter(base, starts, first, stride, n, rec_size, cols, ncols);
 	return 0;
+}
+
+/* --- columns filled as records are read ---------------------------------------------------- */
+
+int plb_columns_arrow_alloc(uint64_t cap, uint32_t rec_size, struct plb_column *cols,
+			    uint32_t ncols, struct plb_arrow_array *out)
+{
+	int err = check_columns(cap, rec_size, cols, ncols);
+
+	if (!err)
+		err = columns_alloc(cap, cols, ncols, out);
+	if (err)
+		return err;
+	for (uint32_t c = 0; c < ncols; c++) {
+		cols[c].high = 0;
+		if (cols[c].kind == PLB_COL_STRING)
+			cols[c].offsets[0] = 0;
+	}
+	return 0;
+}
+
+void plb_columns_put(const uint8_t *base, const uint32_t *starts, uint64_t first, uint64_t stride,
+		     uint64_t k, uint64_t row0, struct plb_column *cols, uint32_t ncols)
+{
+	/* the k records are few (a reader's block, in L1): column by column over all of them */
+	for (uint32_t c = 0; c < ncols; c++) {
+		struct plb_column *col = &cols[c];
+
+		if (col->kind == PLB_COL_FIXED)
+			fixed_block(col->values + row0 * col->size, base, starts, first, stride, 0, k,
+				    col->offset, col->size);
+		else
+			col->high |= string_block(col->values, col->offsets + row0, base, starts,
+						  first, stride, 0, k, col->offset, col->size);
+	}
+}
+
+void plb_columns_arrow_finish(struct plb_arrow_array *out, uint64_t n, struct plb_column *cols,
+			      uint32_t ncols)
+{
+	for (int64_t c = 0; c < out->n_children; c++) {
+		struct plb_arrow_array *a = out->children[c];
+
+		if (a->n_children == 1) { /* a fixed_size_list: its child holds count values a row */
+			struct plb_arrow_array *kid = a->children[0];
+			int64_t count = a->length ? kid->length / a->length : 0;
+
+			kid->length = (int64_t)n * count;
+		}
+		a->length = (int64_t)n;
+	}
+	out->length = (int64_t)n;
+	for (uint32_t c = 0; c < ncols; c++)
+		cols[c].high = (cols[c].high & 0x80) != 0;
 }

@@ -90,4 +90,30 @@ int plb_columns_arrow(const uint8_t *base, uint64_t base_len, const uint32_t *st
 		      uint32_t rec_size, struct plb_column *cols, uint32_t ncols,
 		      uint32_t *shortest, struct plb_arrow_array *out);
 
+/* The columns filled as records are read, for a reader that copies each
+ * record once, from its ring straight into the columns (RingBuffer.read_arrow,
+ * through plb_into's cols):
+ *
+ * plb_columns_arrow_alloc allocates plb_columns_arrow's block for up to cap
+ * rows and writes nothing: cols[].values/.offsets point into it (a STRING
+ * column's offsets[0] = 0, .high = 0) and *out describes cap rows. Returns 0
+ * (the caller owns *out, as after plb_columns_arrow), -EINVAL (the column
+ * checks of plb_columns_scatter, with n = cap) or -ENOMEM (*out untouched).
+ *
+ * plb_columns_put writes k records as rows row0 .. row0 + k - 1: record j at
+ * base + starts[j] (starts NULL: base + first + j * stride), holding at least the rec_size bytes the block was made
+ * for (the caller checked its length). Rows go in order, each once: a STRING
+ * column appends at offsets[row0]. .high keeps the OR of the kept string
+ * bytes until plb_columns_arrow_finish.
+ *
+ * plb_columns_arrow_finish cuts *out (and its children) to the n rows
+ * written, n <= cap, and turns each .high into 0/1 (1: a kept byte >= 0x80).
+ * Only then may *out be handed to a consumer. */
+int plb_columns_arrow_alloc(uint64_t cap, uint32_t rec_size, struct plb_column *cols,
+			    uint32_t ncols, struct plb_arrow_array *out);
+void plb_columns_put(const uint8_t *base, const uint32_t *starts, uint64_t first, uint64_t stride,
+		     uint64_t k, uint64_t row0, struct plb_column *cols, uint32_t ncols);
+void plb_columns_arrow_finish(struct plb_arrow_array *out, uint64_t n, struct plb_column *cols,
+			      uint32_t ncols);
+
 #endif

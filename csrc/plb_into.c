@@ -43,24 +43,49 @@ void plb_into_release(struct plb_into *st)
 
 static int plb_into_bad(const struct plb_into *st)
 {
-	return !st || !st->rec_size || st->n > st->rows || (st->rows && !st->out);
+	return !st || !st->rec_size || st->n > st->rows || (st->rows && !st->out && !st->cols);
 }
+
+/* Records plb_into_rb collects before writing them into columns: a block
+ * that stays in L1 (~16 KiB) while each column is written. */
+#define PLB_INTO_BLOCK_BYTES 512
+#define PLB_INTO_BLOCK_MAX 512
 
 static inline uint8_t *plb_into_row(const struct plb_into *st)
 {
 	return st->out + st->n * (uint64_t)st->rec_size;
 }
 
+/* A block of k ring buffer records (their offsets in v->data, in ring
+ * order) into rows row0.. of st->cols. Records of one size one after the
+ * other (no discarded record between, no wrap: the last k - 1 footprints
+ * after the first) are evenly spaced: the column loops then compute the
+ * addresses instead of loading them. */
+static void plb_into_put_block(const struct plb_rb_view *v, const uint32_t *block, uint32_t k,
+			       uint64_t row0, struct plb_into *st)
+{
+	uint64_t step = plb_rb_record_size(st->rec_size);
+
+	if (block[k - 1] >= block[0] && block[k - 1] - block[0] == (uint64_t)(k - 1) * step)
+		plb_columns_put(v->data, NULL, block[0], step, k, row0, st->cols, st->ncols);
+	else
+		plb_columns_put(v->data, block, 0, 0, k, row0, st->cols, st->ncols);
+}
+
 int plb_into_rb(struct plb_rb_view *v, struct plb_into *st)
 {
-	uint64_t start, pos, next, first, prod;
+	uint64_t start, pos, next, first, prod, row0;
+	uint32_t block[PLB_INTO_BLOCK_MAX], k = 0, per_block;
 	const void *data;
 	uint32_t len;
 	int rc, err = 0;
 
 	if (!v || plb_into_bad(st))
 		return -EINVAL;
-	first = st->n;
+	first = row0 = st->n;
+	per_block = st->rec_size >= PLB_INTO_BLOCK_BYTES ? 1 : PLB_INTO_BLOCK_BYTES / st->rec_size;
+	if (per_block > PLB_INTO_BLOCK_MAX)
+		per_block = PLB_INTO_BLOCK_MAX;
 	st->stop = PLB_INTO_EMPTY;
 	start = prod = pos = plb_rb_consumer_pos(v);
 	for (;;) {
@@ -86,10 +111,23 @@ int plb_into_rb(struct plb_rb_view *v, struct plb_into *st)
 			pos = next;
 			break;
 		}
-		memcpy(plb_into_row(st), data, len);
+		if (st->cols) {
+			/* Its offset in the double-mapped data: below 2 * ring <= 2^32
+			 * (max_entries is a u32 power of two). */
+			block[k++] = (uint32_t)((const uint8_t *)data - v->data);
+			if (k == per_block) {
+				plb_into_put_block(v, block, k, row0, st);
+				row0 += k;
+				k = 0;
+			}
+		} else {
+			memcpy(plb_into_row(st), data, len);
+		}
 		st->n++;
 		pos = next;
 	}
+	if (k) /* the records are still ours: not committed yet */
+		plb_into_put_block(v, block, k, row0, st);
 	/* One release store: every copy above happens before the producer may
 	 * reuse the space. */
 	if (pos != start)
@@ -124,7 +162,7 @@ int plb_into_perf(void *base, size_t size, struct plb_into *st)
 	uint32_t want, raw;
 	int rc, err = 0;
 
-	if (plb_into_bad(st) || plb_merge_source_perf(&src, base, size))
+	if (plb_into_bad(st) || st->cols || plb_merge_source_perf(&src, base, size))
 		return -EINVAL;
 	if (plb_perfring_init(&r, src.page, src.data, src.data_size))
 		return -EINVAL;
@@ -222,7 +260,7 @@ int plb_into_merge(struct plb_merge *m, struct plb_into *st, uint32_t flags)
 	uint64_t first, left;
 	int rc;
 
-	if (!m || plb_into_bad(st))
+	if (!m || plb_into_bad(st) || st->cols)
 		return -EINVAL;
 	first = st->n;
 	st->stop = PLB_INTO_EMPTY;

@@ -24,6 +24,11 @@
  * PLB_INTO_ODD, so the caller takes it and calls again. Out of memory for
  * that copy stops with -ENOMEM before consuming it (it stays in the ring).
  *
+ * With st->cols (plb_into_rb only; the others return -EINVAL), a row is a
+ * row of Arrow columns (plb_columns.h) rather than rec_size bytes of out:
+ * each record's fields go straight from the ring into their columns
+ * (plb_columns_put, a block of records at a time while they are in cache).
+ *
  * Each call writes rows from st->n on (st->n is advanced) and never past
  * st->rows; it stops with PLB_INTO_FULL without consuming anything it did not
  * copy. Discarded ring buffer records are skipped (and consumed); a busy
@@ -39,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "plb_columns.h"
 #include "plb_merge.h"
 #include "plb_ringbuf.h"
 
@@ -62,6 +68,10 @@ struct plb_into {
 	uint8_t *flags;       /* merge only, optional: PLB_MERGE_F_* of each row;
 				 with it a lost notice becomes a zero-filled row
 				 with PLB_MERGE_F_LOST and ts = samples lost */
+	struct plb_column *cols; /* ring buffer only, optional: rows are rows of
+				    these columns (plb_columns_arrow_alloc'd for
+				    rows rows, rec_size the event's size), out unused */
+	uint32_t ncols;
 	/* in/out */
 	uint64_t n;           /* rows filled: each call appends from row n on */
 	uint64_t discarded;   /* ring buffer records the producer discarded, skipped */

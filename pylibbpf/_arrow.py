@@ -21,6 +21,7 @@ present). Other arrays become ``fixed_size_list`` columns of their element type.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -160,6 +161,13 @@ def from_records(base: Any, starts: Any, lens: Any, n: int, stride: int, event_d
     if _shim.plb_columns_arrow(buf, len(buf), c_starts, c_lens, first, stride, n, layout.size, cols,
                                layout.ncols, ffi.NULL, out, layout.what) < 0:
         raise _too_short(layout, lens)
+    return _imported(pa, out, cols, layout, event_def, extra)
+
+
+def _imported(pa: Any, out: Any, cols: Any, layout: _Layout, event_def: Any,
+              extra: Sequence[tuple[str, Any]]) -> Any:
+    """The RecordBatch ``*out`` describes (its strings' UTF-8 checked, ``extra`` appended); ``*out``
+    is pyarrow's, or released, whatever happens."""
     try:
         batch = pa.RecordBatch._import_from_c(int(ffi.cast("uintptr_t", out)), layout.schema)
     except BaseException:
@@ -172,6 +180,50 @@ def from_records(base: Any, starts: Any, lens: Any, n: int, stride: int, event_d
         batch = pa.RecordBatch.from_arrays([*batch.columns, *(c for _, c in extra)],
                                            schema=schema(event_def, [(name, c.type) for name, c in extra]))
     return batch
+
+
+#: The rows plb_columns_arrow_alloc takes: a u32 count, and int32 offsets for a string column's
+#: bytes (rows * the char array's width).
+_ROWS_MAX = 2**32 - 1
+_INT32_MAX = 2**31 - 1
+
+
+class Columns:
+    """Fresh Arrow columns a C reader writes records of ``event_def`` into, row by row, then a RecordBatch.
+
+    ``cap``: the rows they have room for (cut to what the limits of
+    ``plb_columns_arrow_alloc`` allow: :attr:`cap` says how many). ``cols``
+    (a ``struct plb_column[]``) goes to the reader (``struct plb_into.cols``);
+    :meth:`record_batch` hands the block to pyarrow. Until then the block is
+    this object's: :meth:`release` (idempotent, also the finalizer's job)
+    frees it. BPFError(ENOMEM) when it cannot be allocated.
+    """
+
+    __slots__ = ("__weakref__", "_event_def", "_finalizer", "_layout", "cap", "cols", "ncols", "out")
+
+    def __init__(self, event_def: Any, cap: int, what: str) -> None:
+        pyarrow(what)
+        layout = _layout(event_def)
+        widest = max((int(event_def.field_infos[i].size) for i in layout.strings), default=1)
+        self.cap = max(0, min(cap, _ROWS_MAX, _INT32_MAX // widest))
+        self.cols = ffi.new("struct plb_column[]", max(1, layout.ncols))
+        ffi.memmove(self.cols, layout.template, len(layout.template))
+        self.ncols = layout.ncols
+        self.out = ffi.new("struct plb_arrow_array *")
+        _shim.plb_columns_arrow_alloc(self.cap, layout.size, self.cols, layout.ncols, self.out, what)
+        self._layout, self._event_def = layout, event_def
+        self._finalizer = weakref.finalize(self, _shim.plb_arrow_release, self.out)
+
+    def record_batch(self, n: int) -> Any:
+        """The first ``n`` rows (those the reader wrote) as a ``pyarrow.RecordBatch``; the block is then pyarrow's."""
+        self._finalizer.detach()
+        _shim.plb_columns_arrow_finish(self.out, n, self.cols, self.ncols)
+        return _imported(pyarrow("to_arrow"), self.out, self.cols, self._layout, self._event_def, ())
+
+    def release(self) -> None:
+        """Free the block unless :meth:`record_batch` handed it over; safe to call twice."""
+        self._finalizer()
+
 
 
 def _too_short(layout: _Layout, lens: Any) -> ValueError:

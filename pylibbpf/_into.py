@@ -180,7 +180,7 @@ class Into:
         self.ring, self.err = ffi.new("uint32_t *"), ffi.new("int *")  # wait_fill's out-arguments
         self.odd: list[OddRecord] = []
         self.odd_count = 0
-        self.rows: Rows | None = None
+        self.rows: Any = None   # the Rows (or _arrow.Columns) of the call in progress
 
     def begin(self, rows: Rows, ts: CData = None, flags: CData = None) -> None:
         """Start a call: rows from 0, the optional columns of the ordered reader."""
@@ -188,11 +188,22 @@ class Into:
         st.out, st.rows, st.rec_size, st.n = rows.ptr, rows.count, rows.size, 0
         st.ts = ts if ts is not None else ffi.NULL
         st.flags = flags if flags is not None else ffi.NULL
+        st.cols, st.ncols = ffi.NULL, 0
         self.rows = rows
+
+    def begin_columns(self, columns: Any, rec_size: int) -> None:
+        """Start a call whose rows are those of ``columns`` (an ``_arrow.Columns``), records of
+        ``rec_size`` bytes: ring buffers only (plb_into_rb); :meth:`end` detaches them."""
+        st = self.st
+        st.out, st.rows, st.rec_size, st.n = ffi.NULL, columns.cap, rec_size, 0
+        st.ts = st.flags = ffi.NULL
+        st.cols, st.ncols = columns.cols, columns.ncols
+        self.rows = columns
 
     def end(self) -> int:
         """Finish a call: the rows written; drops the reference to the caller's array."""
         self.rows = None
+        self.st.cols = ffi.NULL   # the columns are the caller's: no later fill may write them
         return int(self.st.n)
 
     @property

@@ -356,6 +356,22 @@ def plb_columns_arrow(base: CData, base_len: int, starts: CData, lens: CData, fi
     return check(ret, what)
 
 
+def plb_columns_arrow_alloc(cap: int, rec_size: int, cols: CData, ncols: int, out: CData, what: str) -> None:
+    """Fresh, unwritten columns for up to ``cap`` records of ``rec_size`` bytes, described by ``*out``.
+
+    The caller then owns ``*out`` (:func:`plb_arrow_release` frees it);
+    ``cols`` point into its block. BPFError(EINVAL) for a field outside
+    ``rec_size``, ``cap`` above 2^32 - 1 or a string column of more than 2 GiB;
+    BPFError(ENOMEM).
+    """
+    check(int(lib.plb_columns_arrow_alloc(cap, rec_size, cols, ncols, out)), what)
+
+
+def plb_columns_arrow_finish(out: CData, n: int, cols: CData, ncols: int) -> None:
+    """``*out`` cut to the ``n`` rows a reader wrote (``n`` <= its ``cap``); ``cols[].high`` made 0/1."""
+    lib.plb_columns_arrow_finish(out, n, cols, ncols)
+
+
 def plb_arrow_release(array: CData) -> None:
     """Release an Arrow C data interface array that no consumer took (its release callback, if still set)."""
     if array.release != ffi.NULL:

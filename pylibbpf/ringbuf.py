@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable
 from itertools import islice
 from typing import Any
 
-from . import _check, _close, _libbpf, _shim
+from . import _arrow, _check, _close, _into, _libbpf, _shim
 from ._batch import Batch, BatchReader
 from ._close import Callback, Closable, Waiter
 from ._ffi import ffi, lib
@@ -154,6 +154,76 @@ class RingBuffer(BatchReader):
         """
         async for batch, i in self._records():
             yield batch[i]
+
+    def read_arrow(self, event_def: Any, timeout: float | None = None) -> Any:
+        """Drain records of ``event_def`` straight into a ``pyarrow.RecordBatch``: one copy per record.
+
+        What ``read_batch(timeout).to_arrow(event_def)`` gives (the same
+        columns and schema), without the batch: each record's fields are
+        copied from the kernel ring into their Arrow columns, in C without the
+        GIL, a block of records at a time while they are in cache. The
+        columns are sized for the records the rings hold when the call starts
+        (the records that arrive during it may join, up to that size; the rest
+        wait for the next call). Records of another size than ``event_def.size``
+        are neither cut nor dropped: as with :meth:`read_into`, they are consumed
+        and handed back by :meth:`take_odd` (``row``: the row they came before).
+        Records an earlier ``poll``/``events()`` left undelivered come first,
+        alone, as ``read_batch().to_arrow()`` converts them.
+
+        Blocks until a ring has records, or for at most ``timeout`` seconds
+        (None: no limit; 0: do not wait); an empty RecordBatch on timeout, and
+        also when the only records were of another size or a record at a
+        ring's head was still being written. ImportError without pyarrow;
+        TypeError for an ``event_def`` that is not an EventDef; ValueError for a
+        bad ``timeout``; ClosedError once closed (also from another thread while
+        blocked). The RecordBatch owns its memory (valid as long as referenced).
+        Takes turns with ``poll``/``consume``/``read_batch``/``read_into`` of
+        other threads like they do.
+        """
+        what = f"{self._what}.read_arrow"
+        size = _event_size(event_def, what)
+        deadline = _check.deadline(timeout)
+        self._check_open()  # in a forked child: ClosedError before the lock
+        calls = self._calls
+        if not calls.take() and not calls.enter(_check.remaining_ms(deadline)):
+            return Batch.empty().to_arrow(event_def)
+        try:
+            with self._lock:
+                self._check_open()
+                pending = self._pending
+                if pending is not None:
+                    table = pending.rest().to_arrow(event_def)   # a ValueError leaves them pending
+                    self._pending = None
+                    return table
+                rows = self._rows_held(size)
+                if not rows:
+                    timeout_ms = _check.remaining_ms(deadline)
+                    if timeout_ms == 0 or not self._wait(timeout_ms):
+                        return Batch.empty().to_arrow(event_def)
+                    rows = self._rows_held(size)
+                # At most a batch's bytes a call, as read_batch: a block that big comes back from
+                # malloc's free list call after call; a fresh, bigger one costs a page fault a page.
+                columns = _arrow.Columns(event_def, min(rows, max(1, DEFAULT_BATCH_BYTES // size)), what)
+                try:
+                    if self._into_state is None:
+                        self._into_state = _into.Into()
+                    into = self._into_state
+                    into.begin_columns(columns, size)
+                    try:
+                        call, rings, n = self._into_rings()
+                        into.wait_fill(call, None, 0, rings, n, what=what)
+                    finally:
+                        got = into.end()
+                    return columns.record_batch(got)
+                finally:
+                    columns.release()   # unless pyarrow has the columns now
+        finally:
+            calls.leave()
+
+    def _rows_held(self, size: int) -> int:
+        """How many records of ``size`` bytes the rings hold now, at most (lock held)."""
+        footprint = (size + _RINGBUF_HDR_SZ + 7) & ~7
+        return sum(_shim.plb_rb_available(view) // footprint for view in self._views)
 
     def _call_one(self, ring: int, data: memoryview) -> None:
         """A wakeup's lone record, from inside the C call that waited (:meth:`BatchReader._wait_call`).
@@ -374,6 +444,15 @@ def process_events(map: Map, callback: Callback, max_events: int | None = None, 
         finally:
             waiter.close()
     return done
+
+
+def _event_size(event_def: Any, what: str) -> int:
+    """An EventDef's record size; TypeError naming ``what`` for anything else."""
+    size = getattr(event_def, "size", None)
+    if not hasattr(event_def, "field_infos") or type(size) is not int or size < 1:
+        raise TypeError(f"{what}: event_def must be an EventDef (pylibbpf.events.defevent), "
+                        f"got {type(event_def).__name__} {event_def!r:.60}")
+    return size
 
 
 def _deliver_then_consume(layout: RingBufLayout, records: list[bytes], callback: Callback,

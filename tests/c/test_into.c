@@ -3,7 +3,8 @@
  * perf rings (samples, lost notices, records that wrap the end) and the
  * ordered merge with its timestamp and flag columns. Checks every byte of
  * every row, what stays in the ring (never consumed unless copied), odd
- * sizes handed back whole, discarded records skipped, a busy head stopping.
+ * sizes handed back whole, discarded records skipped, a busy head stopping;
+ * and the ring buffer fill into Arrow columns (st->cols) on the same rings.
  * Unity build: includes the code under test. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -12,6 +13,7 @@
 #include "../../csrc/plb_ringbuf.c"
 #include "../../csrc/plb_merge.c"
 #include "../../csrc/plb_merge_runs.c"
+#include "../../csrc/plb_columns.c"
 #include "../../csrc/plb_into.c"
 
 #include <stdio.h>
@@ -220,6 +222,101 @@ static void t_rb_bad(void)
 	synth_free(&s);
 }
 
+/* ---- BPF ring buffer into columns (st->cols) ---- */
+
+/* The columns of a 40-byte record: its seq (8 bytes), its last 32 bytes as one
+ * fixed column, and bytes 8..23 as a string column (cut at a NUL). Checks row
+ * `row` against record seq. */
+static int cols_same(const struct plb_column *cols, uint64_t row, uint64_t seq)
+{
+	uint8_t want[40];
+	uint32_t len;
+
+	fill(want, seq, 40);
+	len = (uint32_t)strnlen((const char *)want + 8, 16);
+	return memcmp(cols[0].values + row * 8, want, 8) == 0 &&
+	       memcmp(cols[1].values + row * 32, want + 8, 32) == 0 &&
+	       (uint32_t)(cols[2].offsets[row + 1] - cols[2].offsets[row]) == len &&
+	       memcmp(cols[2].values + cols[2].offsets[row], want + 8, len) == 0;
+}
+
+static void cols_init(struct plb_column *cols, struct plb_arrow_array *out, uint64_t cap)
+{
+	memset(cols, 0, 3 * sizeof(*cols));
+	cols[0] = (struct plb_column){ .offset = 0, .size = 8, .kind = PLB_COL_FIXED, .count = 1 };
+	cols[1] = (struct plb_column){ .offset = 8, .size = 32, .kind = PLB_COL_FIXED, .count = 32 };
+	cols[2] = (struct plb_column){ .offset = 8, .size = 16, .kind = PLB_COL_STRING, .count = 1 };
+	CHECK(plb_columns_arrow_alloc(cap, 40, cols, 3, out) == 0);
+	CHECK(out->length == (int64_t)cap && cols[2].offsets[0] == 0);
+}
+
+static void t_rb_columns(void)
+{
+	/* Blocks of even records (computed addresses) and uneven ones (a discarded
+	 * record, the wrap), an odd record, rows full, then the Arrow lengths. */
+	for (uint64_t off = 0; off < 4096; off += 48 * 8 + 8) {
+		struct synth s;
+		struct plb_column cols[3];
+		struct plb_arrow_array out;
+		struct plb_into st = into_new(NULL, 0, 40);
+		uint64_t seq = 0, rows = 0, want[200];
+
+		cols_init(cols, &out, 150);
+		st.cols = cols;
+		st.ncols = 3;
+		st.rows = 150;
+		synth_init(&s, 4096);
+		synth_set_pos(&s, off);
+		/* 90 records (the ring holds 85 of 48 bytes): fill, drain, fill */
+		for (int round = 0; round < 2; round++) {
+			for (int k = 0; k < 45; k++, seq++) {
+				int discard = seq % 37 == 5;
+
+				rb_put(&s, seq, 40, discard);
+				if (!discard)
+					want[rows++] = seq;
+			}
+			if (round == 0) {
+				rb_put(&s, 1000, 24, 0); /* odd: stops the fill, handed back */
+				CHECK(plb_into_rb(&s.v, &st) > 0 && st.stop == PLB_INTO_ODD);
+				CHECK(st.odd_len == 24 && same(st.odd, 1000, 24) && st.n == rows);
+			}
+		}
+		CHECK(plb_into_rb(&s.v, &st) > 0 && st.stop == PLB_INTO_EMPTY && st.n == rows);
+		CHECK(*s.cons == *s.prod);
+		for (uint64_t r = 0; r < rows; r++)
+			CHECK(cols_same(cols, r, want[r]));
+		/* more records than rows left (87 rows written): full, the rest stays */
+		CHECK(150 - rows < 70);
+		for (uint64_t k = 0; k < 70; k++) /* 70 x 48 bytes: the ring holds them */
+			rb_put(&s, 500 + k, 40, 0);
+		CHECK(plb_into_rb(&s.v, &st) == (int)(150 - rows) && st.stop == PLB_INTO_FULL);
+		CHECK(*s.cons != *s.prod);
+		for (uint64_t r = rows; r < 150; r++)
+			CHECK(cols_same(cols, r, 500 + r - rows));
+		plb_columns_arrow_finish(&out, 100, cols, 3);
+		CHECK(out.length == 100 && out.children[0]->length == 100);
+		CHECK(out.children[1]->length == 100 && out.children[1]->children[0]->length == 3200);
+		CHECK(out.children[2]->length == 100 && cols[2].high <= 1);
+		out.release(&out);
+		plb_into_release(&st);
+		synth_free(&s);
+	}
+	/* columns are for ring buffers only */
+	{
+		struct plb_column cols[3];
+		struct plb_arrow_array out;
+		struct plb_into st = into_new(NULL, 4, 40);
+		uint8_t page[8192] = { 0 };
+
+		cols_init(cols, &out, 4);
+		st.cols = cols;
+		st.ncols = 3;
+		CHECK(plb_into_perf(page, sizeof(page), &st) == -EINVAL);
+		out.release(&out);
+	}
+}
+
 /* ---- perf rings ---- */
 
 static uint64_t perf_base_size(struct fake_ring *f, uint8_t **base)
@@ -421,6 +518,7 @@ int main(void)
 	t_rb_full();
 	t_rb_wrap();
 	t_rb_bad();
+	t_rb_columns();
 	t_perf();
 	t_perf_wrap_full();
 	t_perf_bad();
