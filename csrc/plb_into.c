@@ -48,7 +48,9 @@ static int plb_into_bad(const struct plb_into *st)
 
 /* Records plb_into_rb collects before writing them into columns: a block
  * that stays in L1 (~16 KiB) while each column is written. */
+#ifndef PLB_INTO_BLOCK_BYTES
 #define PLB_INTO_BLOCK_BYTES 512
+#endif
 #define PLB_INTO_BLOCK_MAX 512
 
 static inline uint8_t *plb_into_row(const struct plb_into *st)

@@ -21,7 +21,6 @@ present). Other arrays become ``fixed_size_list`` columns of their element type.
 from __future__ import annotations
 
 import functools
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +77,7 @@ class _Layout:
     name: str
     schema: Any
     what: str   # how errors of the C pass name it
+    rows_max: int   # the most rows plb_columns_arrow_alloc takes for this event
 
 
 #: id(event_def) -> (event_def, its layout). By identity: EventDef's hash walks
@@ -102,8 +102,11 @@ def _layout(event_def: Any) -> _Layout:
             strings.append(i)
         else:
             col.kind = lib.PLB_COL_FIXED
+    # a u32 count of rows, and int32 offsets for a string column's bytes (rows * its width)
+    widest = max((int(infos[i].size) for i in strings), default=1)
     layout = _Layout(len(infos), bytes(ffi.buffer(cols)), tuple(strings), int(event_def.size),
-                     str(event_def.name), _schema(event_def, ()), f"{event_def.name}: to_arrow")
+                     str(event_def.name), _schema(event_def, ()), f"{event_def.name}: to_arrow",
+                     min(2**32 - 1, (2**31 - 1) // widest))
     if len(_LAYOUTS) >= _LAYOUTS_MAX:
         _LAYOUTS.clear()
     _LAYOUTS[id(event_def)] = (event_def, layout)
@@ -182,48 +185,40 @@ def _imported(pa: Any, out: Any, cols: Any, layout: _Layout, event_def: Any,
     return batch
 
 
-#: The rows plb_columns_arrow_alloc takes: a u32 count, and int32 offsets for a string column's
-#: bytes (rows * the char array's width).
-_ROWS_MAX = 2**32 - 1
-_INT32_MAX = 2**31 - 1
-
-
 class Columns:
     """Fresh Arrow columns a C reader writes records of ``event_def`` into, row by row, then a RecordBatch.
 
-    ``cap``: the rows they have room for (cut to what the limits of
-    ``plb_columns_arrow_alloc`` allow: :attr:`cap` says how many). ``cols``
-    (a ``struct plb_column[]``) goes to the reader (``struct plb_into.cols``);
-    :meth:`record_batch` hands the block to pyarrow. Until then the block is
-    this object's: :meth:`release` (idempotent, also the finalizer's job)
-    frees it. BPFError(ENOMEM) when it cannot be allocated.
+    ``cap``: the rows they have room for (cut to what ``plb_columns_arrow_alloc``
+    takes: :attr:`cap` says how many). ``cols`` (a ``struct plb_column[]``)
+    goes to the reader (``struct plb_into.cols``); :meth:`record_batch` hands
+    the block to pyarrow. Until then the block is this object's:
+    :meth:`release` (idempotent) frees it, and so does garbage collection of
+    ``out`` (a no-op once pyarrow has moved it: its ``release`` is then NULL).
+    BPFError(ENOMEM) when it cannot be allocated. Built per call of a reader,
+    so it does no more than it must (~2 us with the import).
     """
 
-    __slots__ = ("__weakref__", "_event_def", "_finalizer", "_layout", "cap", "cols", "ncols", "out")
+    __slots__ = ("_event_def", "_layout", "cap", "cols", "ncols", "out")
 
     def __init__(self, event_def: Any, cap: int, what: str) -> None:
-        pyarrow(what)
         layout = _layout(event_def)
-        widest = max((int(event_def.field_infos[i].size) for i in layout.strings), default=1)
-        self.cap = max(0, min(cap, _ROWS_MAX, _INT32_MAX // widest))
-        self.cols = ffi.new("struct plb_column[]", max(1, layout.ncols))
-        ffi.memmove(self.cols, layout.template, len(layout.template))
+        self.cap = max(0, min(cap, layout.rows_max))
+        self.cols = cols = ffi.new("struct plb_column[]", max(1, layout.ncols))
+        ffi.memmove(cols, layout.template, len(layout.template))
         self.ncols = layout.ncols
-        self.out = ffi.new("struct plb_arrow_array *")
-        _shim.plb_columns_arrow_alloc(self.cap, layout.size, self.cols, layout.ncols, self.out, what)
+        self.out = ffi.gc(ffi.new("struct plb_arrow_array *"), _shim.plb_arrow_release)
+        _shim.plb_columns_arrow_alloc(self.cap, layout.size, cols, layout.ncols, self.out, what)
         self._layout, self._event_def = layout, event_def
-        self._finalizer = weakref.finalize(self, _shim.plb_arrow_release, self.out)
 
-    def record_batch(self, n: int) -> Any:
-        """The first ``n`` rows (those the reader wrote) as a ``pyarrow.RecordBatch``; the block is then pyarrow's."""
-        self._finalizer.detach()
+    def record_batch(self, n: int, pa: Any) -> Any:
+        """The first ``n`` rows (those the reader wrote) as a ``pyarrow.RecordBatch`` (``pa``: pyarrow);
+        the block is then pyarrow's."""
         _shim.plb_columns_arrow_finish(self.out, n, self.cols, self.ncols)
-        return _imported(pyarrow("to_arrow"), self.out, self.cols, self._layout, self._event_def, ())
+        return _imported(pa, self.out, self.cols, self._layout, self._event_def, ())
 
     def release(self) -> None:
         """Free the block unless :meth:`record_batch` handed it over; safe to call twice."""
-        self._finalizer()
-
+        _shim.plb_arrow_release(self.out)
 
 
 def _too_short(layout: _Layout, lens: Any) -> ValueError:

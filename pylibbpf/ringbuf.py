@@ -47,6 +47,11 @@ DEFAULT_MAX_BATCH = 65536
 #: A drain stops once its batch holds this many bytes: bigger batches cost page faults
 #: on every copy (measured: 64 MiB batches made 1 KiB events ~4x slower).
 DEFAULT_BATCH_BYTES = 1 << 20
+#: read_arrow's columns hold at most this many bytes of records a call: big enough that the
+#: call's own cost (~7 us) is a few percent of the copies at 1 KiB a record (at 1 MiB it was
+#: ~13%), small enough for malloc to reuse the block (glibc serves blocks up to 32 MiB from
+#: its heap once one was freed).
+ARROW_BLOCK_BYTES = 4 << 20
 
 
 class RingBuffer(BatchReader):
@@ -180,8 +185,9 @@ class RingBuffer(BatchReader):
         Takes turns with ``poll``/``consume``/``read_batch``/``read_into`` of
         other threads like they do.
         """
-        what = f"{self._what}.read_arrow"
+        what = "RingBuffer.read_arrow"
         size = _event_size(event_def, what)
+        pa = _arrow.pyarrow(what)
         deadline = _check.deadline(timeout)
         self._check_open()  # in a forked child: ClosedError before the lock
         calls = self._calls
@@ -201,9 +207,10 @@ class RingBuffer(BatchReader):
                     if timeout_ms == 0 or not self._wait(timeout_ms):
                         return Batch.empty().to_arrow(event_def)
                     rows = self._rows_held(size)
-                # At most a batch's bytes a call, as read_batch: a block that big comes back from
-                # malloc's free list call after call; a fresh, bigger one costs a page fault a page.
-                columns = _arrow.Columns(event_def, min(rows, max(1, DEFAULT_BATCH_BYTES // size)), what)
+                # At most ARROW_BLOCK_BYTES a call: a block that size comes back from malloc's free
+                # list call after call, where one sized for a whole large ring is fresh memory each
+                # time (a page fault a page).
+                columns = _arrow.Columns(event_def, min(rows, max(1, ARROW_BLOCK_BYTES // size)), what)
                 try:
                     if self._into_state is None:
                         self._into_state = _into.Into()
@@ -214,7 +221,7 @@ class RingBuffer(BatchReader):
                         into.wait_fill(call, None, 0, rings, n, what=what)
                     finally:
                         got = into.end()
-                    return columns.record_batch(got)
+                    return columns.record_batch(got, pa)
                 finally:
                     columns.release()   # unless pyarrow has the columns now
         finally:

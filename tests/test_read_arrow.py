@@ -85,8 +85,8 @@ def test_ring_order_across_the_wrap_and_calls(obj: BPFObject, prog: Program) -> 
     assert seqs == list(range(15000))
 
 
-def test_at_most_a_batch_a_call_the_rest_stays(obj: BPFObject, prog: Program, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pylibbpf.ringbuf, "DEFAULT_BATCH_BYTES", 100 * EVENT.size)
+def test_at_most_a_block_a_call_the_rest_stays(obj: BPFObject, prog: Program, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pylibbpf.ringbuf, "ARROW_BLOCK_BYTES", 100 * EVENT.size)
     got: list[int] = []
     with RingBuffer(obj.maps["rb0"], lambda d: got.append(ORD_EVENT.unpack_from(d)[1])) as rb:
         emit_ordered(prog, 250, seq=0, target=ORD_RB0)

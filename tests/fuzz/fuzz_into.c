@@ -7,7 +7,9 @@
  * sequence of steps: produce a record (the row size or any other length;
  * ring buffer: committed, discarded or left busy; perf: a sample or a lost
  * notice), commit the oldest busy record, or fill (any number of rows, in
- * one or several calls).
+ * one or several calls). A ring buffer fills either rows or, chosen by the
+ * same first byte, two Arrow columns splitting each record (st->cols: the
+ * read_arrow path), checked byte for byte the same way.
  *
  * A model keeps every record the producer wrote, in order. Checked, besides
  * ASan/UBSan on every access:
@@ -29,6 +31,7 @@
 #include "plb_ringbuf.c"
 #include "plb_merge.c"
 #include "plb_merge_runs.c"
+#include "plb_columns.c"
 #include "plb_into.c"
 #include "fuzz_common.h"
 
@@ -59,7 +62,19 @@ struct model {
 	struct rec r[MAXREC];
 	uint32_t nrec, next; /* records written; the next one a fill must meet */
 	uint32_t rec_size;
+	struct plb_column cols[2]; /* columns mode: bytes [0, split) and [split, rec_size) */
+	uint32_t ncols, split;
 };
+
+/* Byte b of row k, in the rows or in the columns. */
+static uint8_t row_byte(const struct model *m, const uint8_t *rows, uint64_t k, uint32_t b)
+{
+	if (!m->ncols)
+		return rows[k * m->rec_size + b];
+	if (b < m->split)
+		return m->cols[0].values[k * m->split + b];
+	return m->cols[1].values[k * (m->rec_size - m->split) + b - m->split];
+}
 
 static void put(struct model *m, uint64_t pos, const void *src, uint64_t len)
 {
@@ -174,7 +189,7 @@ static void fill(struct model *m, struct plb_into *st, uint8_t *rows, uint32_t r
 	uint32_t i = m->next;
 	int ret;
 
-	st->out = rows;
+	st->out = m->ncols ? NULL : rows;
 	st->rows = st->n + room;
 	n0 = st->n;
 	ret = m->perf ? plb_into_perf(m->mem, m->size, st) : plb_into_rb(&m->v, st);
@@ -185,7 +200,7 @@ static void fill(struct model *m, struct plb_into *st, uint8_t *rows, uint32_t r
 			i++;
 		CHECK(i < m->nrec && m->r[i].kind == R_ROW && !m->r[i].busy);
 		for (uint32_t b = 0; b < m->rec_size; b++)
-			CHECK(rows[k * m->rec_size + b] == (b < m->r[i].plen ? pat(m->r[i].seq, b) : 0));
+			CHECK(row_byte(m, rows, k, b) == (b < m->r[i].plen ? pat(m->r[i].seq, b) : 0));
 		i++;
 	}
 	/* a full fill stops before looking further: discards after its last row stay */
@@ -219,13 +234,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct fz f = { data, size };
 	struct model m;
 	struct plb_into st;
+	struct plb_arrow_array arrow = { 0 };
 	static uint8_t rows[64 * MAXLEN];
 	uint64_t start;
+	uint8_t first;
 	unsigned k;
 
 	memset(&m, 0, sizeof(m));
 	memset(&st, 0, sizeof(st));
-	m.perf = fz_u8(&f) & 1;
+	first = fz_u8(&f);
+	m.perf = first & 1;
 	k = 3 + fz_u8(&f) % 9;          /* 8 B .. 2 KiB */
 	m.size = 1ull << k;
 	m.mask = m.size - 1;
@@ -251,6 +269,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	m.head = start;
 	st.rec_size = m.rec_size;
+	if (!m.perf && (first & 2)) { /* columns: one or two, as many rows as rows[] */
+		m.split = m.rec_size > 1 ? m.rec_size / 2 : m.rec_size;
+		m.ncols = m.split < m.rec_size ? 2 : 1;
+		m.cols[0] = (struct plb_column){ .offset = 0, .size = m.split, .kind = PLB_COL_FIXED,
+						 .count = 1 };
+		m.cols[1] = (struct plb_column){ .offset = m.split, .size = m.rec_size - m.split,
+						 .kind = PLB_COL_FIXED, .count = 1 };
+		CHECK(plb_columns_arrow_alloc(64, m.rec_size, m.cols, m.ncols, &arrow) == 0);
+		st.cols = m.cols;
+		st.ncols = m.ncols;
+	}
 
 	while (fz_more(&f)) {
 		uint8_t op = fz_u8(&f);
@@ -292,6 +321,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(m.next > was);
 	}
 	CHECK(tail_pos(&m) == m.head);
+	if (arrow.release)
+		arrow.release(&arrow);
 	plb_into_release(&st);
 	free(m.mem);
 	return 0;
