@@ -47,11 +47,12 @@ DEFAULT_MAX_BATCH = 65536
 #: A drain stops once its batch holds this many bytes: bigger batches cost page faults
 #: on every copy (measured: 64 MiB batches made 1 KiB events ~4x slower).
 DEFAULT_BATCH_BYTES = 1 << 20
-#: read_arrow's columns hold at most this many bytes of records a call: big enough that the
-#: call's own cost (~7 us) is a few percent of the copies at 1 KiB a record (at 1 MiB it was
-#: ~13%), small enough for malloc to reuse the block (glibc serves blocks up to 32 MiB from
-#: its heap once one was freed).
-ARROW_BLOCK_BYTES = 4 << 20
+#: read_arrow's columns hold at most this many bytes of records a call. Measured at 1 KiB a
+#: record over 48 MiB of records (the benchmark's drain, whole processes): 1 MiB 0.71-0.74x
+#: to_numpy's rate (the call's own ~7 us is ~9% of its copies), 2 MiB 0.82-0.89x, 4 MiB
+#: 0.74-0.78x (a block past the 2 MiB L2 cache, and twice the first-touch page faults
+#: before malloc reuses it). glibc serves blocks this size from its heap once one was freed.
+ARROW_BLOCK_BYTES = 2 << 20
 
 
 class RingBuffer(BatchReader):
