@@ -58,49 +58,58 @@ static inline uint8_t *plb_into_row(const struct plb_into *st)
 	return st->out + st->n * (uint64_t)st->rec_size;
 }
 
-/* A block of k ring buffer records (their offsets in v->data, in ring
- * order) into rows row0.. of st->cols. Records of one size one after the
- * other (no discarded record between, no wrap: the last k - 1 footprints
+/* A block of k ring buffer records of size bytes (their offsets in v->data,
+ * in ring order) into rows row0.. of the columns. Records one footprint
+ * apart (no discarded record between, no wrap: the last k - 1 footprints
  * after the first) are evenly spaced: the column loops then compute the
  * addresses instead of loading them. */
 static void plb_into_put_block(const struct plb_rb_view *v, const uint32_t *block, uint32_t k,
-			       uint64_t row0, struct plb_into *st)
+			       uint64_t row0, uint32_t size, struct plb_column *cols, uint32_t ncols)
 {
-	uint64_t step = plb_rb_record_size(st->rec_size);
+	uint64_t step = plb_rb_record_size(size);
 
 	if (block[k - 1] >= block[0] && block[k - 1] - block[0] == (uint64_t)(k - 1) * step)
-		plb_columns_put(v->data, NULL, block[0], step, k, row0, st->cols, st->ncols);
+		plb_columns_put(v->data, NULL, block[0], step, k, row0, cols, ncols);
 	else
-		plb_columns_put(v->data, block, 0, 0, k, row0, st->cols, st->ncols);
+		plb_columns_put(v->data, block, 0, 0, k, row0, cols, ncols);
 }
 
 int plb_into_rb(struct plb_rb_view *v, struct plb_into *st)
 {
-	uint64_t start, pos, next, first, prod, row0;
-	uint32_t block[PLB_INTO_BLOCK_MAX], k = 0, per_block;
+	uint64_t start, pos, next, first, prod, row0, n, rows, discarded;
+	uint32_t block[PLB_INTO_BLOCK_MAX], k = 0, per_block, size, ncols, len;
+	struct plb_column *cols;
 	const void *data;
-	uint32_t len;
-	int rc, err = 0;
+	uint8_t *out;
+	int rc, err = 0, stop = PLB_INTO_EMPTY;
 
 	if (!v || plb_into_bad(st))
 		return -EINVAL;
-	first = row0 = st->n;
-	per_block = st->rec_size >= PLB_INTO_BLOCK_BYTES ? 1 : PLB_INTO_BLOCK_BYTES / st->rec_size;
+	/* What the loop reads of *st, in locals: the compiler cannot rule out
+	 * that a copy writes *st, and would load every field again after each
+	 * record (~0.5 ns of ~4 a 32-byte record into columns). */
+	n = first = row0 = st->n;
+	rows = st->rows;
+	size = st->rec_size;
+	out = st->out;
+	cols = st->cols;
+	ncols = st->ncols;
+	discarded = st->discarded;
+	per_block = size >= PLB_INTO_BLOCK_BYTES ? 1 : PLB_INTO_BLOCK_BYTES / size;
 	if (per_block > PLB_INTO_BLOCK_MAX)
 		per_block = PLB_INTO_BLOCK_MAX;
-	st->stop = PLB_INTO_EMPTY;
 	start = prod = pos = plb_rb_consumer_pos(v);
 	for (;;) {
-		if (st->n >= st->rows) {
-			st->stop = PLB_INTO_FULL;
+		if (n >= rows) {
+			stop = PLB_INTO_FULL;
 			break;
 		}
-		rc = plb_rb_next_record(v, &pos, &prod, &data, &len, &next, &st->discarded);
+		rc = plb_rb_next_record(v, &pos, &prod, &data, &len, &next, &discarded);
 		if (rc != PLB_RB_RECORD) {
 			err = rc == PLB_RB_CORRUPT ? -EBADMSG : 0;
 			break;
 		}
-		if (len != st->rec_size) {
+		if (len != size) {
 			/* Copy it whole before the commit below frees its space. */
 			if (plb_into_reserve(st, len ? len : 1)) {
 				err = -ENOMEM;
@@ -109,27 +118,30 @@ int plb_into_rb(struct plb_rb_view *v, struct plb_into *st)
 			if (len)
 				memcpy(st->odd, data, len);
 			st->odd_len = len;
-			st->stop = PLB_INTO_ODD;
+			stop = PLB_INTO_ODD;
 			pos = next;
 			break;
 		}
-		if (st->cols) {
+		if (cols) {
 			/* Its offset in the double-mapped data: below 2 * ring <= 2^32
 			 * (max_entries is a u32 power of two). */
 			block[k++] = (uint32_t)((const uint8_t *)data - v->data);
 			if (k == per_block) {
-				plb_into_put_block(v, block, k, row0, st);
+				plb_into_put_block(v, block, k, row0, size, cols, ncols);
 				row0 += k;
 				k = 0;
 			}
 		} else {
-			memcpy(plb_into_row(st), data, len);
+			memcpy(out + n * size, data, size);
 		}
-		st->n++;
+		n++;
 		pos = next;
 	}
 	if (k) /* the records are still ours: not committed yet */
-		plb_into_put_block(v, block, k, row0, st);
+		plb_into_put_block(v, block, k, row0, size, cols, ncols);
+	st->n = n;
+	st->discarded = discarded;
+	st->stop = stop;
 	/* One release store: every copy above happens before the producer may
 	 * reuse the space. */
 	if (pos != start)
