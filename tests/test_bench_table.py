@@ -1,0 +1,58 @@
+"""benchmarks.table: the README's tables from --json runs (synthetic runs, no kernel)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.table import main, rows_table, targets_table
+
+
+def spread(median: float, lo: float, hi: float) -> dict[str, float]:
+    return {"median": median, "min": lo, "max": hi}
+
+
+RUN = {
+    "results": [
+        {"consumer": "pylibbpf-ringbuf-numpy", "mode": "drain", "event_size": 32, "events_per_s": 68.6e6,
+         "cpu_s_per_million": 0.0151, "ratio_to_c_spread": spread(0.502, 0.47, 0.549),
+         "repetitions": [{"steal_ms": 0.0}, {"steal_ms": 20.0}]},
+        {"consumer": "pylibbpf-ringbuf-numpy", "mode": "latency", "event_size": 32, "events_per_s": 1e4,
+         "p50_us": 13.21, "p99_us": 46.5, "p50_ratio_to_c_spread": spread(2.52, 2.35, 2.82),
+         "repetitions": [{"steal_ms": 10.0}]},
+        {"consumer": "c-ringbuf", "mode": "steady", "event_size": 32, "events_per_s": 11.1e6, "lower_bound": True,
+         "repetitions": []},
+        {"consumer": "c-ringbuf", "mode": "drain", "event_size": 1024, "events_per_s": 13.1e6,
+         "ratio_to_memcpy_spread": spread(2.66, 2.35, 2.75), "repetitions": []},
+    ],
+    "targets": [{"target": "numpy drain >= 0.5x C", "ratio": 0.502, "min": 0.47, "max": 0.549, "met": True},
+                {"target": "noop >= 3x bcc", "ratio": 2.74, "min": 2.39, "max": 2.89, "met": False}],
+}
+
+
+def test_rows_in_the_suites_order_with_their_spreads() -> None:
+    lines = rows_table(RUN)
+    assert lines[0].startswith("| consumer | drain 32 B | × C |")
+    assert lines[2] == "| `c-ringbuf` | — | — | 13.10 M | 2.66 (2.35–2.75) | ≥ 11.10 M | — | — | — | — | 0 |"
+    assert lines[3] == ("| `pylibbpf-ringbuf-numpy` | 68.6 M | 0.502 (0.470–0.549) | — | — | — | 0.015 "
+                        "| 13.2 / 46.5 | 2.52 (2.35–2.82) | — | 20 |")
+
+
+def test_targets_one_column_per_run_the_last_with_its_spread(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    first = json.loads(json.dumps(RUN))
+    first["targets"] = first["targets"][1:]   # a target a run lacks is a dash
+    assert targets_table([("run 1", first), ("run 2", RUN)]) == [
+        "| target | run 1 | run 2: median (min–max) |", "|---|---:|---|",
+        "| noop >= 3x bcc | 2.74 **missed** | 2.74 (2.39–2.89) **missed** |",
+        "| numpy drain >= 0.5x C | — | 0.502 (0.47–0.549) met |"]
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(first))
+    b.write_text(json.dumps(RUN))
+    assert main([str(a), str(b), "--titles", "one,two"]) == 0
+    out = capsys.readouterr().out
+    assert "| `pylibbpf-ringbuf-numpy` |" in out and "| target | one | two: median (min–max) |" in out
+    with pytest.raises(SystemExit):
+        main([str(a), "--titles", "one,two"])
