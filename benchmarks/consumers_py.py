@@ -187,22 +187,9 @@ class ArrowRows:
         return self.batch.column(name).to_numpy()
 
 
-@consumer("pylibbpf-ringbuf-arrow", "ringbuf")
-def ringbuf_arrow(size: int, check: SeqCheck) -> Reader:
-    """rb.read_batch().to_arrow(event): the batch as a pyarrow RecordBatch (one C pass into fresh columns)."""
-    from pylibbpf import Batch, RingBuffer
-
-    ev = event_def(size)
-    Batch.empty().to_arrow(ev)   # warm up: numpy and pyarrow are imported on first use
-    obj, trigger, failures = libbpf_producer("ringbuf", size)
-    rb = RingBuffer(obj.maps[RING_MAP], lambda data: None)
-    return Reader(lambda t: check.walk_array(ArrowRows(rb.read_batch(t / 1000).to_arrow(ev))), trigger, failures,
-                  closing(rb, obj))
-
-
-@consumer("pylibbpf-ringbuf-readarrow", "ringbuf")
-def ringbuf_read_arrow(size: int, check: SeqCheck) -> Reader:
-    """rb.read_arrow(event): records straight from the ring into Arrow columns (one copy, no batch)."""
+def arrow_reader(size: int, check: SeqCheck, read: Callable[[Any, Any, float], Any]) -> Reader:
+    """A RingBuffer whose records ``read(rb, event, timeout_s)`` gives as a RecordBatch, checked by
+    its ``seq``/``ts`` columns; a record handed back through ``take_odd`` fails the run."""
     from pylibbpf import Batch, RingBuffer
 
     ev = event_def(size)
@@ -211,12 +198,24 @@ def ringbuf_read_arrow(size: int, check: SeqCheck) -> Reader:
     rb = RingBuffer(obj.maps[RING_MAP], lambda data: None)
 
     def step(timeout_ms: int) -> int:
-        got = check.walk_array(ArrowRows(rb.read_arrow(ev, timeout_ms / 1000)))
+        got = check.walk_array(ArrowRows(read(rb, ev, timeout_ms / 1000)))
         if rb.odd_records:
-            raise AssertionError(f"read_arrow handed back {rb.odd_records} records of another size")
+            raise AssertionError(f"{rb.odd_records} records of another size than the event")
         return got
 
     return Reader(step, trigger, failures, closing(rb, obj))
+
+
+@consumer("pylibbpf-ringbuf-arrow", "ringbuf")
+def ringbuf_arrow(size: int, check: SeqCheck) -> Reader:
+    """rb.read_batch().to_arrow(event): the batch as a pyarrow RecordBatch (one C pass into fresh columns)."""
+    return arrow_reader(size, check, lambda rb, ev, timeout: rb.read_batch(timeout).to_arrow(ev))
+
+
+@consumer("pylibbpf-ringbuf-readarrow", "ringbuf")
+def ringbuf_read_arrow(size: int, check: SeqCheck) -> Reader:
+    """rb.read_arrow(event): records straight from the ring into Arrow columns (one copy, no batch)."""
+    return arrow_reader(size, check, lambda rb, ev, timeout: rb.read_arrow(ev, timeout))
 
 
 # -- perf buffers ---------------------------------------------------------------

@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +32,19 @@ COMMS = [b"bash\0zzz", b"x" * 15 + "é".encode()[:1], b"", b"caf\xc3\xa9\xff\xfe
 TO_RING, TO_PERF = 0, 1
 
 
-@pytest.fixture
-def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
-    with BPFObject.open(bpf_objects["arrow"]) as o:
+@contextmanager
+def arrow_object(path: Path) -> Iterator[BPFObject]:
+    """arrow.bpf.o loaded, its comms map filled with COMMS."""
+    with BPFObject.open(path) as o:
         o.load()
         for i, comm in enumerate(COMMS):
             o.maps["comms"].raw[i] = comm.ljust(16, b"\0")
+        yield o
+
+
+@pytest.fixture
+def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
+    with arrow_object(bpf_objects["arrow"]) as o:
         yield o
 
 

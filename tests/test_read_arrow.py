@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 from progs import ORD_EVENT, ORD_RB0, ORD_RB1, blocked_in_epoll, emit_ordered, emit_ring, wait_until
 from test_arrow import EVENT as ARROW_EVENT
-from test_arrow import TO_RING, check_event_columns, emit
+from test_arrow import TO_RING, arrow_object, check_event_columns, emit
 
 import pylibbpf.ringbuf
 from pylibbpf import BPFObject, ClosedError, Program, RingBuffer, defevent
@@ -45,12 +45,7 @@ def prog(obj: BPFObject) -> Program:
 
 @pytest.fixture
 def arrow_obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
-    from test_arrow import COMMS
-
-    with BPFObject.open(bpf_objects["arrow"]) as o:
-        o.load()
-        for i, comm in enumerate(COMMS):
-            o.maps["comms"].raw[i] = comm.ljust(16, b"\0")
+    with arrow_object(bpf_objects["arrow"]) as o:
         yield o
 
 
