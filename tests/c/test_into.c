@@ -510,6 +510,55 @@ static void t_merge(void)
 	fr_free(&f[1]);
 }
 
+/* Records of a block's size or more go straight into the columns, one at a
+ * time (plb_columns_put_one): 600-byte records, a string column among them. */
+static void t_rb_columns_big(void)
+{
+	struct synth s;
+	struct plb_column cols[3];
+	struct plb_arrow_array out;
+	struct plb_into st = into_new(NULL, 0, 600);
+	uint64_t want[16], rows = 0;
+
+	memset(cols, 0, sizeof(cols));
+	cols[0] = (struct plb_column){ .offset = 0, .size = 8, .kind = PLB_COL_FIXED, .count = 1 };
+	cols[1] = (struct plb_column){ .offset = 8, .size = 592, .kind = PLB_COL_FIXED, .count = 592 };
+	cols[2] = (struct plb_column){ .offset = 8, .size = 16, .kind = PLB_COL_STRING, .count = 1 };
+	CHECK(plb_columns_arrow_alloc(16, 600, cols, 3, &out) == 0);
+	st.cols = cols;
+	st.ncols = 3;
+	st.rows = 16;
+	synth_init(&s, 8192);
+	synth_set_pos(&s, 8192 - 1200); /* the third record wraps */
+	for (uint64_t seq = 0; seq < 12; seq++) {
+		rb_put(&s, seq, 600, seq == 4); /* seq 4 discarded */
+		if (seq != 4)
+			want[rows++] = seq;
+		if (seq == 7) {
+			CHECK(plb_into_rb(&s.v, &st) == 7 && st.stop == PLB_INTO_EMPTY);
+			rb_put(&s, 99, 30, 0); /* odd */
+		}
+	}
+	CHECK(plb_into_rb(&s.v, &st) == 0 && st.stop == PLB_INTO_ODD && st.odd_len == 30);
+	CHECK(plb_into_rb(&s.v, &st) == 4 && st.n == rows && *s.cons == *s.prod);
+	for (uint64_t r = 0; r < rows; r++) {
+		uint8_t rec[600];
+		uint32_t len;
+
+		fill(rec, want[r], 600);
+		len = (uint32_t)strnlen((const char *)rec + 8, 16);
+		CHECK(memcmp(cols[0].values + r * 8, rec, 8) == 0);
+		CHECK(memcmp(cols[1].values + r * 592, rec + 8, 592) == 0);
+		CHECK((uint32_t)(cols[2].offsets[r + 1] - cols[2].offsets[r]) == len);
+		CHECK(memcmp(cols[2].values + cols[2].offsets[r], rec + 8, len) == 0);
+	}
+	plb_columns_arrow_finish(&out, rows, cols, 3);
+	CHECK(out.length == (int64_t)rows && out.children[1]->children[0]->length == (int64_t)rows * 592);
+	out.release(&out);
+	plb_into_release(&st);
+	synth_free(&s);
+}
+
 int main(void)
 {
 	t_rb_basic();
@@ -519,6 +568,7 @@ int main(void)
 	t_rb_wrap();
 	t_rb_bad();
 	t_rb_columns();
+	t_rb_columns_big();
 	t_perf();
 	t_perf_wrap_full();
 	t_perf_bad();
