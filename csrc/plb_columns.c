@@ -398,19 +398,6 @@ void plb_columns_put(const uint8_t *base, const uint32_t *starts, uint64_t first
 	}
 }
 
-void plb_columns_put_one(const uint8_t *rec, uint64_t row, struct plb_column *cols, uint32_t ncols)
-{
-	for (uint32_t c = 0; c < ncols; c++) {
-		struct plb_column *col = &cols[c];
-
-		if (col->kind == PLB_COL_FIXED)
-			memcpy(col->values + row * col->size, rec + col->offset, col->size);
-		else
-			col->high |= string_block(col->values, col->offsets + row, rec, NULL, 0, 0, 0, 1,
-						  col->offset, col->size);
-	}
-}
-
 void plb_columns_arrow_finish(struct plb_arrow_array *out, uint64_t n, struct plb_column *cols,
 			      uint32_t ncols)
 {

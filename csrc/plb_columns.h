@@ -104,10 +104,7 @@ int plb_columns_arrow(const uint8_t *base, uint64_t base_len, const uint32_t *st
  * base + starts[j] (starts NULL: base + first + j * stride), holding at least the rec_size bytes the block was made
  * for (the caller checked its length). Rows go in order, each once: a STRING
  * column appends at offsets[row0]. .high keeps the OR of the kept string
- * bytes until plb_columns_arrow_finish. plb_columns_put_one writes one
- * record at rec as row `row` the same way, without the block's set-up (what
- * a reader does with records too big to gather into a block: ~3% of the fill
- * at 1 KiB a record).
+ * bytes until plb_columns_arrow_finish.
  *
  * plb_columns_arrow_finish cuts *out (and its children) to the n rows
  * written, n <= cap, and turns each .high into 0/1 (1: a kept byte >= 0x80).
@@ -116,7 +113,6 @@ int plb_columns_arrow_alloc(uint64_t cap, uint32_t rec_size, struct plb_column *
 			    uint32_t ncols, struct plb_arrow_array *out);
 void plb_columns_put(const uint8_t *base, const uint32_t *starts, uint64_t first, uint64_t stride,
 		     uint64_t k, uint64_t row0, struct plb_column *cols, uint32_t ncols);
-void plb_columns_put_one(const uint8_t *rec, uint64_t row, struct plb_column *cols, uint32_t ncols);
 void plb_columns_arrow_finish(struct plb_arrow_array *out, uint64_t n, struct plb_column *cols,
 			      uint32_t ncols);
 

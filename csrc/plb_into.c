@@ -125,13 +125,6 @@ int plb_into_rb(struct plb_rb_view *v, struct plb_into *st)
 		if (cols) {
 			/* Its offset in the double-mapped data: below 2 * ring <= 2^32
 			 * (max_entries is a u32 power of two). */
-			if (per_block == 1) {
-				/* a record as big as a block: straight into the columns */
-				plb_columns_put_one(data, n, cols, ncols);
-				n++;
-				pos = next;
-				continue;
-			}
 			block[k++] = (uint32_t)((const uint8_t *)data - v->data);
 			if (k == per_block) {
 				plb_into_put_block(v, block, k, row0, size, cols, ncols);

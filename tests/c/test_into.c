@@ -510,8 +510,8 @@ static void t_merge(void)
 	fr_free(&f[1]);
 }
 
-/* Records of a block's size or more go straight into the columns, one at a
- * time (plb_columns_put_one): 600-byte records, a string column among them. */
+/* Records of a block's size or more make blocks of one record: 600-byte
+ * records, a string column among them. */
 static void t_rb_columns_big(void)
 {
 	struct synth s;
