@@ -162,35 +162,35 @@ static uint8_t string_block(uint8_t *restrict values, int32_t *restrict offsets,
  * once however many fields they have. */
 #define PLB_BLOCK_BYTES 16384
 
+/* Before the first row: no string bytes kept yet (offsets[0] = 0), .high
+ * the OR of the kept string bytes, 0 so far. */
+static void columns_start(struct plb_column *cols, uint32_t ncols)
+{
+	for (uint32_t c = 0; c < ncols; c++) {
+		cols[c].high = 0;
+		if (cols[c].kind == PLB_COL_STRING)
+			cols[c].offsets[0] = 0;
+	}
+}
+
+/* After the last row: .high reduced to a flag (a kept byte >= 0x80). */
+static void columns_end(struct plb_column *cols, uint32_t ncols)
+{
+	for (uint32_t c = 0; c < ncols; c++)
+		cols[c].high = (cols[c].high & 0x80) != 0;
+}
+
 static void scatter(const uint8_t *base, const uint32_t *starts, uint64_t first, uint64_t stride,
 		    uint64_t n, uint32_t rec_size, struct plb_column *cols, uint32_t ncols)
 {
 	uint64_t per_block = rec_size < PLB_BLOCK_BYTES ? PLB_BLOCK_BYTES / rec_size : 1;
 
-	for (uint32_t c = 0; c < ncols; c++) {
-		cols[c].high = 0; /* the OR of the kept bytes, reduced to a flag below */
-		if (cols[c].kind == PLB_COL_STRING)
-			cols[c].offsets[0] = 0;
-	}
-	/* block by block of records; within a block, column by column, each in a
-	 * tight loop specialised to its size */
-	for (uint64_t i0 = 0; i0 < n; i0 += per_block) {
-		uint64_t i1 = n - i0 < per_block ? n : i0 + per_block;
-
-		for (uint32_t c = 0; c < ncols; c++) {
-			struct plb_column *col = &cols[c];
-
-			if (col->kind == PLB_COL_FIXED)
-				fixed_block(col->values, base, starts, first, stride, i0, i1,
-					    col->offset, col->size);
-			else
-				col->high |= string_block(col->values, col->offsets, base, starts,
-							  first, stride, i0, i1, col->offset,
-							  col->size);
-		}
-	}
-	for (uint32_t c = 0; c < ncols; c++)
-		cols[c].high = (cols[c].high & 0x80) != 0;
+	columns_start(cols, ncols);
+	/* block by block of records (plb_columns_put: column by column within one) */
+	for (uint64_t i0 = 0; i0 < n; i0 += per_block)
+		plb_columns_put(base, starts ? starts + i0 : NULL, first + i0 * stride, stride,
+				n - i0 < per_block ? n - i0 : per_block, i0, cols, ncols);
+	columns_end(cols, ncols);
 }
 
 int plb_columns_scatter(const uint8_t *base, uint64_t base_len, const uint32_t *starts,
@@ -374,18 +374,15 @@ int plb_columns_arrow_alloc(uint64_t cap, uint32_t rec_size, struct plb_column *
 		err = columns_alloc(cap, cols, ncols, out);
 	if (err)
 		return err;
-	for (uint32_t c = 0; c < ncols; c++) {
-		cols[c].high = 0;
-		if (cols[c].kind == PLB_COL_STRING)
-			cols[c].offsets[0] = 0;
-	}
+	columns_start(cols, ncols);
 	return 0;
 }
 
 void plb_columns_put(const uint8_t *base, const uint32_t *starts, uint64_t first, uint64_t stride,
 		     uint64_t k, uint64_t row0, struct plb_column *cols, uint32_t ncols)
 {
-	/* the k records are few (a reader's block, in L1): column by column over all of them */
+	/* a block of records (PLB_BLOCK_BYTES): column by column, each in a loop
+	 * specialised to its size */
 	for (uint32_t c = 0; c < ncols; c++) {
 		struct plb_column *col = &cols[c];
 
@@ -401,18 +398,13 @@ void plb_columns_put(const uint8_t *base, const uint32_t *starts, uint64_t first
 void plb_columns_arrow_finish(struct plb_arrow_array *out, uint64_t n, struct plb_column *cols,
 			      uint32_t ncols)
 {
-	for (int64_t c = 0; c < out->n_children; c++) {
+	for (uint32_t c = 0; c < ncols; c++) {
 		struct plb_arrow_array *a = out->children[c];
 
-		if (a->n_children == 1) { /* a fixed_size_list: its child holds count values a row */
-			struct plb_arrow_array *kid = a->children[0];
-			int64_t count = a->length ? kid->length / a->length : 0;
-
-			kid->length = (int64_t)n * count;
-		}
+		if (cols[c].kind == PLB_COL_FIXED && cols[c].count > 1) /* a fixed_size_list */
+			a->children[0]->length = (int64_t)(n * cols[c].count);
 		a->length = (int64_t)n;
 	}
 	out->length = (int64_t)n;
-	for (uint32_t c = 0; c < ncols; c++)
-		cols[c].high = (cols[c].high & 0x80) != 0;
+	columns_end(cols, ncols);
 }

@@ -47,7 +47,8 @@ static int plb_into_bad(const struct plb_into *st)
 }
 
 /* Records plb_into_rb collects before writing them into columns: a block
- * that stays in L1 (~16 KiB) while each column is written. */
+ * written column by column while it is in L1. 512 bytes measured best (a
+ * 1 KiB record is a block of its own; docs/benchmarks.md, "Ninth round"). */
 #ifndef PLB_INTO_BLOCK_BYTES
 #define PLB_INTO_BLOCK_BYTES 512
 #endif

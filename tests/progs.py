@@ -10,8 +10,11 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from pylibbpf import BPFObject, Program
 
@@ -22,6 +25,23 @@ RAW_TP_ARGS = struct.Struct("<4Q")     # args[0..3] of struct bpf_raw_tracepoint
 ORDERED_ARGS = struct.Struct("<7Q")    # ordered.bpf.c emit_ordered: count, ts, ts_step, seq, tag, extra, target
 ORD_EVENT = struct.Struct("<QQIIQ")    # struct ord_event: ts, seq, cpu, tag, gseq
 ORD_PERF, ORD_RB0, ORD_RB1 = 0, 1, 2   # emit_ordered's targets: the perf event array, rb0, rb1
+
+
+def object_fixture(name: str) -> Any:
+    """A fixture named ``obj`` for a test module (``obj = object_fixture("ordered")``):
+    tests/bpf/build/<name>.bpf.o opened and loaded, closed after the test."""
+    def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
+        with BPFObject.open(bpf_objects[name]) as o:
+            o.load()
+            yield o
+    return pytest.fixture(name="obj")(obj)
+
+
+def program_fixture(name: str) -> Any:
+    """A fixture named ``prog``: the program ``name`` of the module's ``obj``."""
+    def prog(obj: BPFObject) -> Program:
+        return obj.programs[name]
+    return pytest.fixture(name="prog")(prog)
 
 
 def emit_ring(prog: Program, count: int, *, first_seq: int = 0, value: int = 0, flags: int = 0,

@@ -13,13 +13,12 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from progs import ORD_PERF, ORD_RB0, emit_ordered, old_ts
+from progs import ORD_PERF, ORD_RB0, emit_ordered, object_fixture, old_ts, program_fixture
 
 from pylibbpf import BPFObject, OrderedReader, PerfBuffer, Program, RingBuffer, defevent
 from pylibbpf._batch import SMALL_BYTES
@@ -31,16 +30,8 @@ EVENT = defevent("ord_event", ("ts", "u64"), ("seq", "u64"), ("cpu", "u32"), ("t
 MANY = 400
 
 
-@pytest.fixture
-def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
-    with BPFObject.open(bpf_objects["ordered"]) as o:
-        o.load()
-        yield o
-
-
-@pytest.fixture
-def prog(obj: BPFObject) -> Program:
-    return obj.programs["emit_ordered"]
+obj = object_fixture("ordered")
+prog = program_fixture("emit_ordered")
 
 
 def ignore(*_: object) -> None:

@@ -16,7 +16,6 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from progs import ORD_EVENT as EVENT
 from progs import ORD_PERF as PERF
 from progs import ORD_RB0 as RB0
 from progs import ORD_RB1 as RB1
-from progs import blocked_in_epoll, counter, wait_until
+from progs import blocked_in_epoll, counter, object_fixture, program_fixture, wait_until
 from progs import emit_ordered as emit
 
 from pylibbpf import (
@@ -65,16 +64,8 @@ def seqs(records: list[Record]) -> list[tuple[int, int]]:
     return [(r.cpu, EVENT.unpack_from(r.raw_sample)[1]) for r in records if not r.lost_samples]
 
 
-@pytest.fixture
-def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
-    with BPFObject.open(bpf_objects["ordered"]) as o:
-        o.load()
-        yield o
-
-
-@pytest.fixture
-def prog(obj: BPFObject) -> Program:
-    return obj.programs["emit_ordered"]
+obj = object_fixture("ordered")
+prog = program_fixture("emit_ordered")
 
 
 @pytest.fixture

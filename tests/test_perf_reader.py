@@ -11,12 +11,10 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from progs import ORD_EVENT as EVENT
-from progs import blocked_in_epoll, emit_ordered, epoll_sets, wait_until
+from progs import blocked_in_epoll, emit_ordered, epoll_sets, object_fixture, program_fixture, wait_until
 
 from pylibbpf import BPFObject, ClosedError, PerfReader, Program, Record
 from pylibbpf.features import online_cpus
@@ -32,16 +30,8 @@ def counter(obj: BPFObject, idx: int) -> int:
     return int.from_bytes(raw, "little", signed=idx == 2)
 
 
-@pytest.fixture
-def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
-    with BPFObject.open(bpf_objects["ordered"]) as o:
-        o.load()
-        yield o
-
-
-@pytest.fixture
-def prog(obj: BPFObject) -> Program:
-    return obj.programs["emit_ordered"]
+obj = object_fixture("ordered")
+prog = program_fixture("emit_ordered")
 
 
 def test_read_returns_copies_with_the_writing_cpu(obj: BPFObject, prog: Program) -> None:

@@ -15,7 +15,17 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from progs import ORD_EVENT, ORD_RB0, ORD_RB1, blocked_in_epoll, emit_ordered, emit_ring, wait_until
+from progs import (
+    ORD_EVENT,
+    ORD_RB0,
+    ORD_RB1,
+    blocked_in_epoll,
+    emit_ordered,
+    emit_ring,
+    object_fixture,
+    program_fixture,
+    wait_until,
+)
 from test_arrow import EVENT as ARROW_EVENT
 from test_arrow import TO_RING, arrow_object, check_event_columns, emit
 
@@ -31,16 +41,8 @@ def ignore(*_: object) -> None:
     return None
 
 
-@pytest.fixture
-def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
-    with BPFObject.open(bpf_objects["ordered"]) as o:
-        o.load()
-        yield o
-
-
-@pytest.fixture
-def prog(obj: BPFObject) -> Program:
-    return obj.programs["emit_ordered"]
+obj = object_fixture("ordered")
+prog = program_fixture("emit_ordered")
 
 
 @pytest.fixture

@@ -13,8 +13,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,9 @@ from progs import (
     ORD_RB1,
     blocked_in_epoll,
     emit_ordered,
+    object_fixture,
     old_ts,
+    program_fixture,
     signal_thrice,
     wait_until,
 )
@@ -53,16 +54,8 @@ EV = np.dtype([("ts", "<u8"), ("seq", "<u8"), ("cpu", "<u4"), ("tag", "<u4"), ("
 EVENT = defevent("ord_event", ("ts", "u64"), ("seq", "u64"), ("cpu", "u32"), ("tag", "u32"), ("gseq", "u64"))
 
 
-@pytest.fixture
-def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
-    with BPFObject.open(bpf_objects["ordered"]) as o:
-        o.load()
-        yield o
-
-
-@pytest.fixture
-def prog(obj: BPFObject) -> Program:
-    return obj.programs["emit_ordered"]
+obj = object_fixture("ordered")
+prog = program_fixture("emit_ordered")
 
 
 def seq_of(odd: OddRecord) -> int:
