@@ -152,6 +152,25 @@ def blocked_in_epoll(tid: int) -> bool:
         return f.read() == "do_epoll_wait"
 
 
+def call_blocked(call: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    """``call()`` in a thread, returned once that thread sleeps in epoll_wait (or has ended): the
+    thread, and the list that gets its result or exception."""
+    tids: list[int] = []
+    result: list[object] = []
+
+    def run() -> None:
+        tids.append(threading.get_native_id())
+        try:
+            result.append(call())
+        except BaseException as e:
+            result.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert wait_until(lambda: bool(tids) and (blocked_in_epoll(tids[0]) or not t.is_alive()))
+    return t, result
+
+
 def epoll_targets(fd: int) -> list[int] | None:
     """The fds an epoll fd of this process watches (from /proc), or None when ``fd`` is not an epoll fd."""
     try:

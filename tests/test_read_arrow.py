@@ -19,12 +19,11 @@ from progs import (
     ORD_EVENT,
     ORD_RB0,
     ORD_RB1,
-    blocked_in_epoll,
+    call_blocked,
     emit_ordered,
     emit_ring,
     object_fixture,
     program_fixture,
-    wait_until,
 )
 from test_arrow import EVENT as ARROW_EVENT
 from test_arrow import TO_RING, arrow_object, check_event_columns, emit
@@ -142,20 +141,7 @@ def test_waits_times_out_and_close_wakes_it(obj: BPFObject, prog: Program) -> No
         assert empty.num_rows == 0 and empty.schema.names == EVENT.fields
 
         def blocked_read() -> tuple[threading.Thread, list[object]]:
-            tids: list[int] = []
-            result: list[object] = []
-
-            def run() -> None:
-                tids.append(threading.get_native_id())
-                try:
-                    result.append(rb.read_arrow(EVENT, timeout=None).column("seq").to_pylist())
-                except BaseException as e:
-                    result.append(e)
-
-            t = threading.Thread(target=run)
-            t.start()
-            assert wait_until(lambda: bool(tids) and (blocked_in_epoll(tids[0]) or not t.is_alive()))
-            return t, result
+            return call_blocked(lambda: rb.read_arrow(EVENT, timeout=None).column("seq").to_pylist())
 
         t, result = blocked_read()
         emit_ordered(prog, 2, seq=77, target=ORD_RB0)

@@ -23,13 +23,12 @@ from progs import (
     ORD_PERF,
     ORD_RB0,
     ORD_RB1,
-    blocked_in_epoll,
+    call_blocked,
     emit_ordered,
     object_fixture,
     old_ts,
     program_fixture,
     signal_thrice,
-    wait_until,
 )
 
 from pylibbpf import (
@@ -181,25 +180,6 @@ def test_ringbuffer_blocks_until_data_and_times_out(obj: BPFObject, prog: Progra
         assert result == [1] and int(out["seq"][0]) == 77
 
 
-def _read_into_in_a_thread(reader: RingBuffer | PerfBuffer, out: np.ndarray) -> tuple[threading.Thread, list[object]]:
-    """``reader.read_into(out)`` without a timeout in a thread, returned once that thread sleeps in
-    epoll_wait (or has ended): the thread, and the list that gets its result or exception."""
-    tids: list[int] = []
-    result: list[object] = []
-
-    def run() -> None:
-        tids.append(threading.get_native_id())
-        try:
-            result.append(reader.read_into(out, timeout=None))
-        except BaseException as e:
-            result.append(e)
-
-    t = threading.Thread(target=run)
-    t.start()
-    assert wait_until(lambda: bool(tids) and (blocked_in_epoll(tids[0]) or not t.is_alive()))
-    return t, result
-
-
 def _reader_with_a_last_ring(obj: BPFObject, prog: Program, kind: str) -> tuple[Any, int, Callable[..., None]]:
     """A RingBuffer of rb0 and rb1, or a PerfBuffer; the tag of its last ring (ring buffer 1, the
     last CPU) and ``emit(count, **kw)`` writing there."""
@@ -220,7 +200,7 @@ def test_a_blocked_read_into_is_filled_by_the_call_that_waited(obj: BPFObject, p
     reader, tag, emit = _reader_with_a_last_ring(obj, prog, kind)
     with reader:
         out = np.zeros(4, EV)
-        t, result = _read_into_in_a_thread(reader, out)
+        t, result = call_blocked(lambda: reader.read_into(out, timeout=None))
         emit(1, seq=60, extra=9)
         emit(2, seq=50)
         t.join(60)
@@ -262,7 +242,7 @@ def test_ringbuffer_a_signal_whose_handler_returns_resumes_a_blocked_read_into(
 @pytest.mark.parametrize("kind", ["ring", "perf"])
 def test_close_wakes_a_blocked_read_into(obj: BPFObject, prog: Program, kind: str) -> None:
     reader, _, _ = _reader_with_a_last_ring(obj, prog, kind)
-    t, result = _read_into_in_a_thread(reader, np.zeros(4, EV))
+    t, result = call_blocked(lambda: reader.read_into(np.zeros(4, EV), timeout=None))
     reader.close()
     t.join(60)
     assert not t.is_alive() and len(result) == 1 and isinstance(result[0], ClosedError)
