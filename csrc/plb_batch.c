@@ -243,6 +243,7 @@ static int plb_batch_uniform_run(struct plb_batch *b, const struct plb_rb_view *
 				 uint64_t *prod, const void *data, uint64_t next, uint32_t max)
 {
 	uint32_t size = b->len[0], n = b->n, ncap = b->ncap, len;
+	uint64_t step = plb_rb_expect_step(size);
 	size_t used = b->used, cap = b->cap, limit = b->byte_limit ? b->byte_limit : SIZE_MAX;
 	uint8_t *buf = b->buf;
 	int err = 0;
@@ -269,8 +270,13 @@ static int plb_batch_uniform_run(struct plb_batch *b, const struct plb_rb_view *
 			b->full = 1;
 			break;
 		}
-		if (n >= max || plb_rb_next_record(v, pos, prod, &data, &len, &next, NULL) != PLB_RB_RECORD ||
-		    len != size)
+		if (n >= max)
+			break;
+		data = plb_rb_expect(v, *pos, *prod, size, step);
+		if (data)
+			next = *pos + step;
+		else if (plb_rb_next_record(v, pos, prod, &data, &len, &next, NULL) != PLB_RB_RECORD ||
+			 len != size)
 			break;
 	}
 	b->used = used;

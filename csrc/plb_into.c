@@ -77,7 +77,7 @@ static void plb_into_put_block(const struct plb_rb_view *v, const uint32_t *bloc
 
 int plb_into_rb(struct plb_rb_view *v, struct plb_into *st)
 {
-	uint64_t start, pos, next, first, prod, row0, n, rows, discarded;
+	uint64_t start, pos, next, first, prod, row0, n, rows, discarded, step;
 	uint32_t block[PLB_INTO_BLOCK_MAX], k = 0, per_block, size, ncols, len;
 	struct plb_column *cols;
 	const void *data;
@@ -99,29 +99,35 @@ int plb_into_rb(struct plb_rb_view *v, struct plb_into *st)
 	per_block = size >= PLB_INTO_BLOCK_BYTES ? 1 : PLB_INTO_BLOCK_BYTES / size;
 	if (per_block > PLB_INTO_BLOCK_MAX)
 		per_block = PLB_INTO_BLOCK_MAX;
+	step = plb_rb_expect_step(size);
 	start = prod = pos = plb_rb_consumer_pos(v);
 	for (;;) {
 		if (n >= rows) {
 			stop = PLB_INTO_FULL;
 			break;
 		}
-		rc = plb_rb_next_record(v, &pos, &prod, &data, &len, &next, &discarded);
-		if (rc != PLB_RB_RECORD) {
-			err = rc == PLB_RB_CORRUPT ? -EBADMSG : 0;
-			break;
-		}
-		if (len != size) {
-			/* Copy it whole before the commit below frees its space. */
-			if (plb_into_reserve(st, len ? len : 1)) {
-				err = -ENOMEM;
+		data = plb_rb_expect(v, pos, prod, size, step);
+		if (data) {
+			next = pos + step;
+		} else {
+			rc = plb_rb_next_record(v, &pos, &prod, &data, &len, &next, &discarded);
+			if (rc != PLB_RB_RECORD) {
+				err = rc == PLB_RB_CORRUPT ? -EBADMSG : 0;
 				break;
 			}
-			if (len)
-				memcpy(st->odd, data, len);
-			st->odd_len = len;
-			stop = PLB_INTO_ODD;
-			pos = next;
-			break;
+			if (len != size) {
+				/* Copy it whole before the commit below frees its space. */
+				if (plb_into_reserve(st, len ? len : 1)) {
+					err = -ENOMEM;
+					break;
+				}
+				if (len)
+					memcpy(st->odd, data, len);
+				st->odd_len = len;
+				stop = PLB_INTO_ODD;
+				pos = next;
+				break;
+			}
 		}
 		if (cols) {
 			/* Its offset in the double-mapped data: below 2 * ring <= 2^32

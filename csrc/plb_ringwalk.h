@@ -82,6 +82,51 @@ static inline int plb_rb_step(const struct plb_rb_view *v, uint64_t pos, uint64_
 	return plb_rb_peek_below(v, pos, *prod, data, len, next_pos);
 }
 
+/* Records up to this many bytes take plb_rb_expect's predicted step. Above
+ * it the copy, not the walk, bounds a drain, and running ahead measured
+ * slower (read_into's rows: 9.1 -> 11.0 ns a 256-byte record; 7.4 -> 7.9 at
+ * 192; docs/benchmarks.md, "Tenth round"). */
+#define PLB_RB_EXPECT_MAX 128
+
+/* The footprint plb_rb_expect predicts for records of size bytes, or
+ * UINT64_MAX (never predicted) above PLB_RB_EXPECT_MAX. */
+static inline uint64_t plb_rb_expect_step(uint32_t size)
+{
+	return size <= PLB_RB_EXPECT_MAX ? plb_rb_record_size(size) : UINT64_MAX;
+}
+
+/* The fast step of a walk over records of one size: the record at pos when
+ * it is committed, not discarded and exactly size bytes long (footprint
+ * step, from plb_rb_expect_step), wholly below prod: its data, the next
+ * record then at pos + step. NULL for anything else (or step UINT64_MAX):
+ * plb_rb_next_record then looks at pos, with every check and outcome.
+ *
+ * Why: plb_rb_next_record finds the next record at pos plus the length it
+ * just loaded, so a walk is a chain of dependent loads, one miss after the
+ * other (half of a drain's samples sat on that load). Here the next position
+ * is pos + step, known before the load, which only decides a branch; the
+ * CPU predicts it (equal records: always taken) and issues the headers of
+ * the records ahead without waiting for this one's. 32-byte records into
+ * columns: 3.5 -> 2.7 ns a record (docs/benchmarks.md, "Tenth round").
+ *
+ * pos and prod must come from a walk that plb_rb_step checked: prod loaded
+ * there, pos reached from the position it checked by whole records. Then pos
+ * is 8-byte aligned and prod - pos at most the ring's size, and prod - pos >=
+ * step keeps the record below prod: plb_rb_peek_below's checks. The acquire
+ * load is its load, paired the same way with the commit's xchg. */
+static inline const void *plb_rb_expect(const struct plb_rb_view *v, uint64_t pos, uint64_t prod,
+					uint32_t size, uint64_t step)
+{
+	const uint8_t *hdr;
+
+	if (prod - pos < step)
+		return NULL;
+	hdr = v->data + (pos & v->mask);
+	if (__atomic_load_n((const uint32_t *)(const void *)hdr, __ATOMIC_ACQUIRE) != size)
+		return NULL; /* busy, discarded, or another length: the full step */
+	return hdr + PLB_RB_HDR_SZ;
+}
+
 /* The next committed record from *pos on, for the walkers that copy records
  * out: discarded records are stepped over (*pos moved past each, counted in
  * *discarded when it is not NULL), so the result is PLB_RB_RECORD (data,

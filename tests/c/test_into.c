@@ -131,6 +131,62 @@ static void t_rb_odd(void)
 	synth_free(&s);
 }
 
+/* A run of equal records, the walk's predicted step (plb_rb_expect): every
+ * record that is not plainly committed, of the size and below the producer
+ * (discarded, busy, another size, a corrupt length) falls back to the full
+ * step, after the rows before it. */
+static void t_rb_expect(void)
+{
+	struct synth s;
+	uint8_t rows[32 * 24];
+	struct plb_into st = into_new(rows, 32, 24);
+	uint64_t at, seq;
+	uint32_t *hdr;
+	void *busy;
+
+	synth_init(&s, 4096);
+	for (seq = 0; seq < 10; seq++)
+		rb_put(&s, seq, 24, seq == 4); /* seq 4 discarded, same length */
+	at = s.prod_local;
+	busy = synth_reserve(&s, 24);  /* a busy record of the same length */
+	CHECK(busy);
+	rb_put(&s, 11, 24, 0);
+	CHECK(plb_into_rb(&s.v, &st) == 9 && st.stop == PLB_INTO_EMPTY && st.discarded == 1);
+	CHECK(*s.cons == at);
+	for (seq = 0; seq < 9; seq++)
+		CHECK(same(rows + seq * 24, seq < 4 ? seq : seq + 1, 24));
+	fill(busy, 10, 24);
+	synth_commit(&s, busy, 0);
+	rb_put(&s, 12, 32, 0);         /* another size: handed back */
+	rb_put(&s, 13, 24, 0);
+	CHECK(plb_into_rb(&s.v, &st) == 2 && st.stop == PLB_INTO_ODD && st.odd_len == 32);
+	CHECK(same(rows + 9 * 24, 10, 24) && same(rows + 10 * 24, 11, 24) && same(st.odd, 12, 32));
+	rb_put(&s, 14, 24, 0);
+	at = s.prod_local;
+	rb_put(&s, 15, 24, 0);
+	rb_put(&s, 16, 24, 0);
+	hdr = (uint32_t *)(void *)(s.data + (at & s.v.mask));
+	hdr[0] = 4000;                 /* seq 15's length runs past the producer */
+	CHECK(plb_into_rb(&s.v, &st) == 2 && st.stop == PLB_INTO_EMPTY && *s.cons == at);
+	CHECK(same(rows + 11 * 24, 13, 24) && same(rows + 12 * 24, 14, 24));
+	CHECK(plb_into_rb(&s.v, &st) == -EBADMSG && *s.cons == at && st.n == 13);
+	synth_free(&s);
+
+	/* the last record's length says 24 where 16 were reserved: its footprint
+	 * (32) runs 8 bytes past the producer */
+	synth_init(&s, 4096);
+	rb_put(&s, 20, 24, 0);
+	at = s.prod_local;
+	rb_put(&s, 21, 16, 0);
+	hdr = (uint32_t *)(void *)(s.data + (at & s.v.mask));
+	hdr[0] = 24;
+	st.n = 0;
+	CHECK(plb_into_rb(&s.v, &st) == 1 && *s.cons == at && same(rows, 20, 24));
+	CHECK(plb_into_rb(&s.v, &st) == -EBADMSG && *s.cons == at && st.n == 1);
+	plb_into_release(&st);
+	synth_free(&s);
+}
+
 static void t_rb_full(void)
 {
 	struct synth s;
@@ -564,6 +620,7 @@ int main(void)
 	t_rb_basic();
 	t_rb_busy();
 	t_rb_odd();
+	t_rb_expect();
 	t_rb_full();
 	t_rb_wrap();
 	t_rb_bad();
