@@ -30,6 +30,7 @@
  * a model of the rule.
  */
 #include "plb_merge_internal.h"
+#include "plb_vectorise.h"
 
 /* One perf ring in a run, as a span of the mapping: the records from rec up
  * to end lie published (below the head acquire-loaded in this pass) and
@@ -146,16 +147,42 @@ run_out_load(struct plb_run_out *o, const struct plb_drain_ctx *c, const int to_
 	o->len = c->out->len;
 }
 
+/* Entries [n0, n) of a drain run: their flags 0 (a run emits plain
+ * records only) and, with set_ring, their source idx (a one-ring run: a
+ * pair's span_take stores each entry's). Once per run, in vector stores,
+ * rather than two of the five scalar stores per entry in the run's loop
+ * (C alone, 32-byte records: 3.65 -> 3.56 ns an entry from one ring, 3.73
+ * -> 3.56 interleaved; docs/benchmarks.md, "Tenth round"). */
+static PLB_VECTORISE void run_out_fill_arrays(uint32_t *ring, uint32_t *flags, uint32_t n0,
+					       uint32_t n, uint32_t idx, int set_ring)
+{
+	for (uint32_t j = n0; j < n; j++)
+		flags[j] = 0;
+	if (set_ring)
+		for (uint32_t j = n0; j < n; j++)
+			ring[j] = idx;
+}
+
+static inline __attribute__((always_inline)) void
+run_out_fill(const struct plb_run_out *o, uint32_t n0, uint32_t n, uint32_t idx, int set_ring,
+	     const int to_fn)
+{
+	if (!to_fn)
+		run_out_fill_arrays(o->ring, o->flags, n0, n, idx, set_ring);
+}
+
 /* One step of a run for side x: emit its head if its key sorts below the
  * run's bound and the output has room -- copied to the output (to_fn 0) or in
  * place to the callback (to_fn 1) -- then parse that ring's next record.
  * Returns 0 to go on; 1: stopped with x's head valid (not below the bound,
  * out of room, or the next record is below the last emitted: late or an
  * inversion, for the general path to flag); 2: stopped with x's head for
- * fill_head() to find (not the plain case, or the callback stopped). */
+ * fill_head() to find (not the plain case, or the callback stopped).
+ * A drain entry gets its payload, ts, start and len here, and its ring here
+ * only in a pair (else run_out_fill() writes ring and flags after the run). */
 static inline __attribute__((always_inline)) int
 span_take(struct plb_span *x, const struct plb_sample_layout *lay, struct plb_drain_ctx *r,
-	  const struct plb_run_out *o, const int to_fn)
+	  const struct plb_run_out *o, const int to_fn, const int pair)
 {
 	const uint8_t *payload = x->rec + lay->raw_off + sizeof(uint32_t);
 	uint32_t len;
@@ -173,9 +200,9 @@ span_take(struct plb_span *x, const struct plb_sample_layout *lay, struct plb_dr
 
 		if (len)
 			copy_payload(o->buf + at, payload, len);
-		o->ring[r->n] = x->idx;
+		if (pair)
+			o->ring[r->n] = x->idx;
 		o->ts[r->n] = x->ts;
-		o->flags[r->n] = 0;
 		o->start[r->n] = (uint32_t)at;
 		o->len[r->n] = len;
 		r->n++;
@@ -217,8 +244,9 @@ perf_run(struct plb_merge *m, uint32_t i, const struct plb_front *bound,
 	    !run_room(&r, &a, &lay, to_fn))
 		return -1;
 	run_out_load(&o, c, to_fn);
-	while (!(ret = span_take(&a, &lay, &r, &o, to_fn)))
+	while (!(ret = span_take(&a, &lay, &r, &o, to_fn, 0)))
 		;
+	run_out_fill(&o, c->n, r.n, i, 1, to_fn);
 	ret = span_end(m, &a, &lay, ret == 1);
 	run_end(m, c, &r, c->n, a.last);
 	return ret;
@@ -264,12 +292,13 @@ perf_pair(struct plb_merge *m, uint32_t pb, const struct plb_front *bound,
 		 * to the previous comparison (about 4x slower interleaved). */
 		if (a.ts <= b.ts) {
 			x_a = 1;
-			ret = span_take(&a, &lay, &r, &o, to_fn);
+			ret = span_take(&a, &lay, &r, &o, to_fn, 1);
 		} else {
 			x_a = 0;
-			ret = span_take(&b, &lay, &r, &o, to_fn);
+			ret = span_take(&b, &lay, &r, &o, to_fn, 1);
 		}
 	} while (!ret);
+	run_out_fill(&o, c->n, r.n, 0, 0, to_fn);
 	{
 		struct plb_span *x = x_a ? &a : &b, *y = x_a ? &b : &a;
 		uint64_t last = 0;
