@@ -245,6 +245,7 @@ int plb_columns_scatter(const uint8_t *base, uint64_t base_len, const uint32_t *
 int plb_columns_arrow(const uint8_t *base, uint64_t base_len, const uint32_t *starts, const uint32_t *lens, uint64_t first, uint64_t stride, uint64_t n, uint32_t rec_size, struct plb_column *cols, uint32_t ncols, uint32_t *shortest, struct plb_arrow_array *out);
 int plb_columns_arrow_alloc(uint64_t cap, uint32_t rec_size, struct plb_column *cols, uint32_t ncols, struct plb_arrow_array *out);
 void plb_columns_put(const uint8_t *base, const uint32_t *starts, uint64_t first, uint64_t stride, uint64_t k, uint64_t row0, struct plb_column *cols, uint32_t ncols);
+void plb_columns_put_one(const uint8_t *rec, uint64_t row, struct plb_column *cols, uint32_t ncols);
 void plb_columns_arrow_finish(struct plb_arrow_array *out, uint64_t n, struct plb_column *cols, uint32_t ncols);
 
 /* csrc/plb_into.h */

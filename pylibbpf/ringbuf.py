@@ -50,8 +50,10 @@ DEFAULT_BATCH_BYTES = 1 << 20
 #: read_arrow's columns hold at most this many bytes of records a call. Measured at 1 KiB a
 #: record over 48 MiB of records (the benchmark's drain, whole processes): 1 MiB 0.71-0.74x
 #: to_numpy's rate (the call's own ~7 us is ~9% of its copies), 2 MiB 0.82-0.89x, 4 MiB
-#: 0.74-0.78x (a block past the 2 MiB L2 cache, and twice the first-touch page faults
-#: before malloc reuses it). glibc serves blocks this size from its heap once one was freed.
+#: 0.74-0.78x (a block past the 2 MiB L2 cache, and twice the first-touch page faults).
+#: The C side keeps the last block released for the next call (plb_columns.h, the spare),
+#: so call after call the columns are the same memory, its pages present; measured again
+#: with it, 1 MiB blocks were still slower than 2 MiB (11 against 13 M ev/s).
 ARROW_BLOCK_BYTES = 2 << 20
 
 
@@ -208,9 +210,10 @@ class RingBuffer(BatchReader):
                     if timeout_ms == 0 or not self._wait(timeout_ms):
                         return Batch.empty().to_arrow(event_def)
                     rows = self._rows_held(size)
-                # At most ARROW_BLOCK_BYTES a call: a block that size comes back from malloc's free
-                # list call after call, where one sized for a whole large ring is fresh memory each
-                # time (a page fault a page).
+                # At most ARROW_BLOCK_BYTES a call: a block that size comes back as the C side's
+                # spare call after call (while the caller drops each RecordBatch before the next
+                # call), where one sized for a whole large ring would be fresh memory each time
+                # (a page fault a page).
                 columns = _arrow.Columns(event_def, min(rows, max(1, ARROW_BLOCK_BYTES // size)), what)
                 try:
                     if self._into_state is None:

@@ -5,7 +5,8 @@
  * (short records, records or fields out of bounds, bad kinds) before anything
  * is written, and the Arrow view: its shape, and a block freed exactly once
  * whichever way it is released (top first, a child moved out and released
- * after the parent). ASan checks every access and the leaks.
+ * after the parent), and the spare block kept for the next allocation. ASan
+ * checks every access and the leaks.
  * Unity build: includes the code under test. */
 #include "../../csrc/plb_columns.c"
 
@@ -281,12 +282,55 @@ static void test_arrow(void)
 	free(r.base);
 }
 
+/* The spare block: a released block comes back to the next allocation of
+ * about its size (the same memory), not to a much smaller one; of two
+ * released blocks the larger is kept; one above PLB_COL_SPARE_MAX is freed.
+ * The spare is emptied at the end, so ASan's leak check sees every block. */
+static uint8_t *spare_alloc(uint64_t rows, struct plb_arrow_array *out)
+{
+	struct plb_column col = { .offset = 0, .size = 8, .kind = PLB_COL_FIXED, .count = 1 };
+
+	CHECK(plb_columns_arrow_alloc(rows, 8, &col, 1, out) == 0);
+	memset(col.values, 0x5a, rows * 8); /* the whole block is writable (ASan) */
+	return col.values;
+}
+
+static void test_spare(void)
+{
+	struct plb_arrow_array a, b, big;
+	uint8_t *pa, *pb;
+
+	free(__atomic_exchange_n(&spare, NULL, __ATOMIC_ACQ_REL)); /* from the tests before */
+	pa = spare_alloc(1000, &a);
+	a.release(&a);
+	CHECK(spare != NULL);
+	CHECK(spare_alloc(1000, &a) == pa); /* the same block again */
+	CHECK(spare == NULL);
+	a.release(&a);
+	CHECK(spare_alloc(600, &b) == pa);  /* fewer rows: within twice their size, reused */
+	b.release(&b);
+	pb = spare_alloc(100, &b);          /* far smaller: a block of its own */
+	CHECK(pb != pa && spare != NULL);
+	CHECK(spare_alloc(1000, &a) == pa);
+	b.release(&b);                      /* the small one parked */
+	a.release(&a);                      /* the larger displaces it */
+	CHECK(spare_alloc(1000, &a) == pa);
+	a.release(&a);
+	spare_alloc((PLB_COL_SPARE_MAX >> 3) + 1, &big); /* too large to keep */
+	CHECK(spare != NULL);               /* the parked block stayed */
+	big.release(&big);
+	CHECK(spare_alloc(1000, &a) == pa);
+	a.release(&a);
+	free(__atomic_exchange_n(&spare, NULL, __ATOMIC_ACQ_REL));
+}
+
 int main(void)
 {
 	test_scatter_by_starts();
 	test_scatter_by_stride();
 	test_refused_before_writing();
 	test_arrow();
+	test_spare();
 	printf("test_columns: ok\n");
 	return 0;
 }

@@ -571,7 +571,7 @@ static void t_merge(void)
 static void t_rb_columns_big(void)
 {
 	struct synth s;
-	struct plb_column cols[3];
+	struct plb_column cols[4];
 	struct plb_arrow_array out;
 	struct plb_into st = into_new(NULL, 0, 600);
 	uint64_t want[16], rows = 0;
@@ -580,9 +580,10 @@ static void t_rb_columns_big(void)
 	cols[0] = (struct plb_column){ .offset = 0, .size = 8, .kind = PLB_COL_FIXED, .count = 1 };
 	cols[1] = (struct plb_column){ .offset = 8, .size = 592, .kind = PLB_COL_FIXED, .count = 592 };
 	cols[2] = (struct plb_column){ .offset = 8, .size = 16, .kind = PLB_COL_STRING, .count = 1 };
-	CHECK(plb_columns_arrow_alloc(16, 600, cols, 3, &out) == 0);
+	cols[3] = (struct plb_column){ .offset = 596, .size = 4, .kind = PLB_COL_FIXED, .count = 1 };
+	CHECK(plb_columns_arrow_alloc(16, 600, cols, 4, &out) == 0);
 	st.cols = cols;
-	st.ncols = 3;
+	st.ncols = 4;
 	st.rows = 16;
 	synth_init(&s, 8192);
 	synth_set_pos(&s, 8192 - 1200); /* the third record wraps */
@@ -607,8 +608,9 @@ static void t_rb_columns_big(void)
 		CHECK(memcmp(cols[1].values + r * 592, rec + 8, 592) == 0);
 		CHECK((uint32_t)(cols[2].offsets[r + 1] - cols[2].offsets[r]) == len);
 		CHECK(memcmp(cols[2].values + cols[2].offsets[r], rec + 8, len) == 0);
+		CHECK(memcmp(cols[3].values + r * 4, rec + 596, 4) == 0);
 	}
-	plb_columns_arrow_finish(&out, rows, cols, 3);
+	plb_columns_arrow_finish(&out, rows, cols, 4);
 	CHECK(out.length == (int64_t)rows && out.children[1]->children[0]->length == (int64_t)rows * 592);
 	out.release(&out);
 	plb_into_release(&st);
