@@ -6,6 +6,10 @@
 #include "plb_columns.h"
 #include "plb_vectorise.h"
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #define PLB_COL_ALIGN 64 /* Arrow's recommended buffer alignment */
 
 static int check_columns(uint64_t n, uint32_t rec_size, const struct plb_column *cols,
@@ -118,6 +122,51 @@ static int check_records(uint64_t base_len, const uint32_t **starts_p, const uin
 				       (SIZE));                                          \
 	} while (0)
 
+/* An 8-byte column by stride, two records at a time: their values paired
+ * into one 16-byte store. Stores bound these loops (a record's fields are
+ * already in L1 after the block's first column): the benchmark's 32-byte
+ * record (u64, u64, u8[16]) into columns, C alone, 1.0 -> 0.83 ns, and 0.70
+ * with fixed8x2_strided; in the benchmark's drain to_arrow +11%, read_arrow
+ * +5-10% ("Eleventh round"). SSE2 is part of every x86-64; elsewhere the
+ * scalar loop does it all. */
+static void fixed8_strided(uint8_t *restrict out, const uint8_t *restrict src, uint64_t stride,
+			   uint64_t i0, uint64_t i1)
+{
+	uint64_t i = i0;
+#ifdef __SSE2__
+	for (; i + 2 <= i1; i += 2) {
+		__m128i a = _mm_loadl_epi64((const __m128i *)(src + i * stride));
+		__m128i b = _mm_loadl_epi64((const __m128i *)(src + (i + 1) * stride));
+
+		_mm_storeu_si128((__m128i *)(out + i * 8), _mm_unpacklo_epi64(a, b));
+	}
+#endif
+	for (; i < i1; i++)
+		memcpy(out + i * 8, src + i * stride, 8);
+}
+
+/* Two 8-byte columns side by side in the record (offsets off, off + 8), two
+ * records at a time: one 16-byte load a record, the halves paired across the
+ * two records, one 16-byte store a column. */
+static void fixed8x2_strided(uint8_t *restrict out0, uint8_t *restrict out1,
+			     const uint8_t *restrict src, uint64_t stride, uint64_t k)
+{
+	uint64_t i = 0;
+#ifdef __SSE2__
+	for (; i + 2 <= k; i += 2) {
+		__m128i a = _mm_loadu_si128((const __m128i *)(src + i * stride));
+		__m128i b = _mm_loadu_si128((const __m128i *)(src + (i + 1) * stride));
+
+		_mm_storeu_si128((__m128i *)(out0 + i * 8), _mm_unpacklo_epi64(a, b));
+		_mm_storeu_si128((__m128i *)(out1 + i * 8), _mm_unpackhi_epi64(a, b));
+	}
+#endif
+	for (; i < k; i++) {
+		memcpy(out0 + i * 8, src + i * stride, 8);
+		memcpy(out1 + i * 8, src + i * stride + 8, 8);
+	}
+}
+
 static void fixed_block(uint8_t *restrict out, const uint8_t *restrict base,
 			const uint32_t *restrict starts, uint64_t first, uint64_t stride,
 			uint64_t i0, uint64_t i1, uint32_t off, uint32_t size)
@@ -126,7 +175,12 @@ static void fixed_block(uint8_t *restrict out, const uint8_t *restrict base,
 	case 1: PLB_FIXED_LOOP(1); break;
 	case 2: PLB_FIXED_LOOP(2); break;
 	case 4: PLB_FIXED_LOOP(4); break;
-	case 8: PLB_FIXED_LOOP(8); break;
+	case 8:
+		if (!starts)
+			fixed8_strided(out, base + first + off, stride, i0, i1);
+		else
+			PLB_FIXED_LOOP(8);
+		break;
 	case 16: PLB_FIXED_LOOP(16); break;
 	default: PLB_FIXED_LOOP(size); break;
 	}
@@ -457,7 +511,13 @@ void plb_columns_put(const uint8_t *base, const uint32_t *starts, uint64_t first
 	for (uint32_t c = 0; c < ncols; c++) {
 		struct plb_column *col = &cols[c];
 
-		if (col->kind == PLB_COL_FIXED)
+		/* two 8-byte columns side by side (a u64 after a u64): one pass */
+		if (!starts && c + 1 < ncols && col->kind == PLB_COL_FIXED && col->size == 8 &&
+		    col[1].kind == PLB_COL_FIXED && col[1].size == 8 && col[1].offset == col->offset + 8) {
+			fixed8x2_strided(col->values + row0 * 8, col[1].values + row0 * 8,
+					 base + first + col->offset, stride, k);
+			c++;
+		} else if (col->kind == PLB_COL_FIXED)
 			fixed_block(col->values + row0 * col->size, base, starts, first, stride, 0, k,
 				    col->offset, col->size);
 		else

@@ -5,8 +5,8 @@
  * (short records, records or fields out of bounds, bad kinds) before anything
  * is written, and the Arrow view: its shape, and a block freed exactly once
  * whichever way it is released (top first, a child moved out and released
- * after the parent), and the spare block kept for the next allocation. ASan
- * checks every access and the leaks.
+ * after the parent), 8-byte columns paired across two records, and the spare
+ * block kept for the next allocation. ASan checks every access and the leaks.
  * Unity build: includes the code under test. */
 #include "../../csrc/plb_columns.c"
 
@@ -150,6 +150,58 @@ static void test_scatter_by_stride(void)
 	CHECK(plb_columns_scatter(NULL, 0, NULL, NULL, 0, REC, 0, REC, cols, NCOLS, NULL) == 0);
 	CHECK(cols[4].offsets[0] == 0);
 	free_columns(cols);
+	free(base);
+}
+
+/* 8-byte columns by stride: two side by side (offsets 0 and 8) go in one
+ * pass, two records at a time; one alone (offset 16) pairs two records'
+ * values; the same pair declared in the other order, or out of line (by
+ * starts), is copied column by column. Odd counts leave one record for the
+ * scalar tail. Every value against the record it came from. */
+static void test_pairs_of_u64(void)
+{
+	enum { N = 37, R = 32 };
+	uint8_t *base = malloc(N * R);
+	uint32_t starts[N];
+	uint64_t v[3][N];
+
+	CHECK(base);
+	for (uint32_t i = 0; i < N * R; i++)
+		base[i] = (uint8_t)(i * 7u + 3u);
+	for (uint32_t i = 0; i < N; i++)
+		starts[i] = (N - 1 - i) * R; /* out of line: reversed */
+	for (int order = 0; order < 3; order++) {
+		/* order 0: 0, 8, 16; 1: 8, 0, 16; 2: 0, 8, 16 by starts */
+		struct plb_column cols[3] = {
+			{ .offset = order == 1 ? 8 : 0, .size = 8, .kind = PLB_COL_FIXED, .count = 1 },
+			{ .offset = order == 1 ? 0 : 8, .size = 8, .kind = PLB_COL_FIXED, .count = 1 },
+			{ .offset = 16, .size = 8, .kind = PLB_COL_FIXED, .count = 1 },
+		};
+
+		for (uint64_t n = 1; n <= N; n += N - 2) { /* 1 and 36 records; then 37 below */
+			for (int c = 0; c < 3; c++)
+				cols[c].values = (uint8_t *)v[c];
+			memset(v, 0xee, sizeof(v));
+			CHECK(plb_columns_scatter(base, N * R, order == 2 ? starts : NULL, NULL, 0,
+						  order == 2 ? 0 : R, n, R, cols, 3, NULL) == 0);
+			for (uint64_t i = 0; i < n; i++) {
+				const uint8_t *rec = base + (order == 2 ? starts[i] : i * R);
+
+				for (int c = 0; c < 3; c++)
+					CHECK(memcmp(&v[c][i], rec + cols[c].offset, 8) == 0);
+			}
+			if (n < N)
+				CHECK(v[0][n] == 0xeeeeeeeeeeeeeeeeull && v[1][n] == v[0][n]);
+		}
+		for (int c = 0; c < 3; c++)
+			cols[c].values = (uint8_t *)v[c];
+		CHECK(plb_columns_scatter(base, N * R, order == 2 ? starts : NULL, NULL, 0,
+					  order == 2 ? 0 : R, N, R, cols, 3, NULL) == 0);
+		for (uint64_t i = 0; i < N; i++)
+			for (int c = 0; c < 3; c++)
+				CHECK(memcmp(&v[c][i], base + (order == 2 ? starts[i] : i * R) + cols[c].offset,
+					     8) == 0);
+	}
 	free(base);
 }
 
@@ -328,6 +380,7 @@ int main(void)
 {
 	test_scatter_by_starts();
 	test_scatter_by_stride();
+	test_pairs_of_u64();
 	test_refused_before_writing();
 	test_arrow();
 	test_spare();
