@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "plb_columns.h"
 #include "plb_vectorise.h"
@@ -295,7 +296,58 @@ struct plb_columns_block {
 	uint32_t narrays;
 	struct plb_arrow_array *arrays; /* in the block */
 	uint64_t bytes;                 /* the allocation's size, head included */
+	uint64_t mapped;                /* block_new's own mapping: its length; else 0 (malloc) */
 };
+
+/* A block of about a huge page (2 MiB on x86-64) or whole huge pages, with
+ * little to spare (read_arrow's, at most ARROW_BLOCK_BYTES of records), is a
+ * mapping of its own, aligned to and advised for transparent huge pages: its
+ * first touch is one page fault instead of 512. On this guest a 2 MiB block's
+ * first touch took 0.8-1.6 ms in 4 KiB pages, ~0.11 ms in one huge page; a
+ * benchmark drain of 1 KiB records at 2 MiB a call paid that first. Where
+ * huge pages are off (transparent_hugepage "never") the advice is ignored
+ * and the mapping is ordinary pages, as malloc's would be. */
+#define PLB_COL_HUGE ((uint64_t)2 << 20)
+
+static struct plb_columns_block *block_new(uint64_t bytes)
+{
+	struct plb_columns_block *blk;
+	uint64_t len = (bytes + PLB_COL_HUGE - 1) & ~(PLB_COL_HUGE - 1);
+
+	if (bytes >= PLB_COL_HUGE - PLB_COL_HUGE / 8 && len - bytes <= len / 8) {
+		uint8_t *map = mmap(NULL, len + PLB_COL_HUGE, PROT_READ | PROT_WRITE,
+				    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (map != MAP_FAILED) {
+			/* the huge-page-aligned len bytes inside; the rest unmapped */
+			uint8_t *at = (uint8_t *)(((uintptr_t)map + PLB_COL_HUGE - 1) &
+						  ~(uintptr_t)(PLB_COL_HUGE - 1));
+
+			if (at > map)
+				munmap(map, (size_t)(at - map));
+			if (map + len + PLB_COL_HUGE > at + len)
+				munmap(at + len, (size_t)(map + len + PLB_COL_HUGE - (at + len)));
+			(void)madvise(at, len, MADV_HUGEPAGE); /* advice: refused or ignored is fine */
+			blk = (struct plb_columns_block *)at;
+			blk->bytes = len;
+			blk->mapped = len;
+			return blk;
+		}
+	}
+	if (posix_memalign((void **)&blk, PLB_COL_ALIGN, bytes))
+		return NULL;
+	blk->bytes = bytes;
+	blk->mapped = 0;
+	return blk;
+}
+
+static void block_free(struct plb_columns_block *blk)
+{
+	if (blk && blk->mapped)
+		munmap(blk, blk->mapped);
+	else
+		free(blk);
+}
 
 /* The spare: the largest block released lately, kept (at most one, at most
  * PLB_COL_SPARE_MAX bytes) for the next allocation of about its size. A
@@ -315,7 +367,7 @@ static void spare_put(struct plb_columns_block *blk)
 	struct plb_columns_block *old, *expect = blk;
 
 	if (blk->bytes > PLB_COL_SPARE_MAX) {
-		free(blk);
+		block_free(blk);
 		return;
 	}
 	old = __atomic_exchange_n(&spare, blk, __ATOMIC_ACQ_REL);
@@ -325,7 +377,7 @@ static void spare_put(struct plb_columns_block *blk)
 	if (old->bytes > blk->bytes &&
 	    __atomic_compare_exchange_n(&spare, &expect, old, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		old = blk;
-	free(old);
+	block_free(old);
 }
 
 /* The spare when it holds need bytes and no more than twice that (a caller
@@ -415,11 +467,8 @@ static int columns_alloc(uint64_t n, struct plb_column *cols, uint32_t ncols,
 	if (__builtin_add_overflow(head, data, &data) || data > SIZE_MAX)
 		return -ENOMEM;
 	blk = spare_take(data); /* data >= head > 0 */
-	if (!blk) {
-		if (posix_memalign((void **)&blk, PLB_COL_ALIGN, data))
-			return -ENOMEM;
-		blk->bytes = data;
-	}
+	if (!blk && !(blk = block_new(data)))
+		return -ENOMEM;
 	mem = (uint8_t *)blk;
 	arr = (struct plb_arrow_array *)(mem + sizeof(*blk));
 	slot = (const void **)(arr + narrays);

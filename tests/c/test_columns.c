@@ -352,7 +352,7 @@ static void test_spare(void)
 	struct plb_arrow_array a, b, big;
 	uint8_t *pa, *pb;
 
-	free(__atomic_exchange_n(&spare, NULL, __ATOMIC_ACQ_REL)); /* from the tests before */
+	block_free(__atomic_exchange_n(&spare, NULL, __ATOMIC_ACQ_REL)); /* from the tests before */
 	pa = spare_alloc(1000, &a);
 	a.release(&a);
 	CHECK(spare != NULL);
@@ -373,7 +373,40 @@ static void test_spare(void)
 	big.release(&big);
 	CHECK(spare_alloc(1000, &a) == pa);
 	a.release(&a);
-	free(__atomic_exchange_n(&spare, NULL, __ATOMIC_ACQ_REL));
+	block_free(__atomic_exchange_n(&spare, NULL, __ATOMIC_ACQ_REL));
+}
+
+/* A block of a little under a huge page is a mapping of its own, aligned to
+ * the huge page (block_new); it is parked and reused like any block, and
+ * unmapped when displaced by a larger one. One just over a huge page (most
+ * of a second one would be wasted) and a small one come from malloc. */
+static void test_huge_block(void)
+{
+	struct plb_arrow_array a, b;
+	uint64_t rows = (PLB_COL_HUGE - 4096) / 8; /* the head and alignment fit in the rest */
+	unsigned char vec[1];
+	uint8_t *pa;
+	void *blk_a;
+
+	pa = spare_alloc(rows, &a);
+	blk_a = a.private_data;
+	CHECK(((struct plb_columns_block *)blk_a)->mapped == PLB_COL_HUGE);
+	CHECK((uintptr_t)blk_a % PLB_COL_HUGE == 0);
+	a.release(&a);
+	CHECK(spare == blk_a);
+	CHECK(spare_alloc(rows, &a) == pa); /* parked, reused */
+	spare_alloc(PLB_COL_HUGE / 8 + 64, &b); /* just over a huge page: malloc's */
+	CHECK(((struct plb_columns_block *)b.private_data)->mapped == 0);
+	b.release(&b);
+	CHECK(mincore(blk_a, 4096, vec) == 0); /* still mapped, still a's */
+	a.release(&a); /* smaller than the spare: unmapped */
+	CHECK(spare && spare->mapped == 0);
+	CHECK(mincore(blk_a, 4096, vec) == -1 && errno == ENOMEM);
+	block_free(__atomic_exchange_n(&spare, NULL, __ATOMIC_ACQ_REL));
+	spare_alloc(1000, &b); /* small: malloc's */
+	CHECK(((struct plb_columns_block *)b.private_data)->mapped == 0);
+	b.release(&b);
+	block_free(__atomic_exchange_n(&spare, NULL, __ATOMIC_ACQ_REL));
 }
 
 int main(void)
@@ -384,6 +417,7 @@ int main(void)
 	test_refused_before_writing();
 	test_arrow();
 	test_spare();
+	test_huge_block();
 	printf("test_columns: ok\n");
 	return 0;
 }
