@@ -235,25 +235,18 @@ static void columns_end(struct plb_column *cols, uint32_t ncols)
 		cols[c].high = (cols[c].high & 0x80) != 0;
 }
 
-/* One record: a copy per column, no loop per column (see plb_columns.h). */
+/* One record, row `row` of each column: the block loops over one record at
+ * rec (stride 0), without the block's offsets (see plb_columns.h). */
 void plb_columns_put_one(const uint8_t *rec, uint64_t row, struct plb_column *cols, uint32_t ncols)
 {
 	for (uint32_t c = 0; c < ncols; c++) {
 		struct plb_column *col = &cols[c];
-		uint32_t size = col->size;
 
-		if (col->kind == PLB_COL_FIXED) {
-			uint8_t *dst = col->values + row * size;
-			const uint8_t *src = rec + col->offset;
-			switch (size) {
-			case 4: memcpy(dst, src, 4); break;
-			case 8: memcpy(dst, src, 8); break;
-			default: memcpy(dst, src, size); break;
-			}
-		} else {
+		if (col->kind == PLB_COL_FIXED)
+			fixed_block(col->values, rec, NULL, 0, 0, row, row + 1, col->offset, col->size);
+		else
 			col->high |= string_block(col->values, col->offsets + row, rec, NULL, 0, 0, 0, 1,
 						  col->offset, col->size);
-		}
 	}
 }
 
