@@ -57,6 +57,7 @@ SOURCES = [
     "csrc/plb_program.c",
     "csrc/plb_btf.c",
     "csrc/plb_columns.c",
+    "csrc/plb_block.c",
 ]
 
 

@@ -30,7 +30,6 @@ void plb_batch_free(struct plb_batch *b);
 void plb_batch_reset(struct plb_batch *b);
 uint8_t *plb_batch_take_buf(struct plb_batch *b);
 void plb_buf_free(void *p);
-uint8_t *plb_buf_alloc(uint64_t size);
 uint8_t *plb_buf_shrink(uint8_t *p, uint64_t size);
 struct plb_rb_view;
 int plb_batch_read_rb(struct plb_batch *b, struct plb_rb_view *v, uint32_t ring, uint32_t max);
@@ -293,6 +292,11 @@ void plb_iter_info_set_map_fd(union bpf_iter_link_info *info, uint32_t map_fd);
 
 /* csrc/plb_btf.h */
 int plb_btf_dump_c(const struct btf *btf, int fd);
+
+/* csrc/plb_block.h */
+uint8_t *plb_block_buf(uint64_t lo, uint64_t size, uint64_t *room);
+void plb_block_buf_free(uint8_t *p);
+uint8_t *plb_block_buf_shrink(uint8_t *p, uint64_t size);
 
 /* csrc/pylibbpf_shim.h */
 extern "Python+C" void plb_py_log(int level, const char *msg);

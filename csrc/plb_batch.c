@@ -80,13 +80,6 @@ void plb_buf_free(void *p)
 	free(p);
 }
 
-uint8_t *plb_buf_alloc(uint64_t size)
-{
-	if (size > SIZE_MAX)
-		return NULL;
-	return malloc(size ? (size_t)size : 1);
-}
-
 uint8_t *plb_buf_shrink(uint8_t *p, uint64_t size)
 {
 	uint8_t *smaller;

@@ -68,11 +68,9 @@ void plb_batch_reset(struct plb_batch *b);
  * 0; the batch is left as it was). */
 uint8_t *plb_batch_take_buf(struct plb_batch *b);
 
-/* Bytes that plb_batch_take_buf() or plb_buf_alloc() handed out. NULL is a no-op. */
+/* Bytes that plb_batch_take_buf() handed out. NULL is a no-op. */
 void plb_buf_free(void *p);
-/* size bytes of uncleared memory (at least 1), for plb_buf_free(); NULL when out of memory. */
-uint8_t *plb_buf_alloc(uint64_t size);
-/* Shrink p (from plb_buf_alloc / plb_batch_take_buf) to size bytes in place
+/* Shrink p (from plb_batch_take_buf) to size bytes in place
  * where the allocator can (glibc can: it splits the block, no copy). Returns
  * the pointer to use from now on: p itself when it cannot shrink. */
 uint8_t *plb_buf_shrink(uint8_t *p, uint64_t size);

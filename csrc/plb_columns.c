@@ -2,8 +2,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
+#include "plb_block_internal.h"
 #include "plb_columns.h"
 #include "plb_vectorise.h"
 
@@ -11,7 +11,7 @@
 #include <emmintrin.h>
 #endif
 
-#define PLB_COL_ALIGN 64 /* Arrow's recommended buffer alignment */
+#define PLB_COL_ALIGN PLB_BLOCK_ALIGN /* 64: Arrow's recommended buffer alignment */
 
 static int check_columns(uint64_t n, uint32_t rec_size, const struct plb_column *cols,
 			 uint32_t ncols)
@@ -283,114 +283,26 @@ int plb_columns_scatter(const uint8_t *base, uint64_t base_len, const uint32_t *
 /* The block's head: every array of the batch but the top one (which is the
  * caller's), and a count of the arrays not released yet. A consumer may move
  * a child out and release the parent first (the C data interface allows it),
- * so the block is freed when the last array referring to it is released. */
+ * so the block is freed when the last array referring to it is released:
+ * kept as the spare for the next RecordBatch of about its size
+ * (plb_block_internal.h), or freed. read_arrow's blocks, a little under a
+ * huge page, are mappings of their own (plb_block_new). */
 struct plb_columns_block {
+	struct plb_block base;
 	int64_t refs;
 	uint32_t narrays;
 	struct plb_arrow_array *arrays; /* in the block */
-	uint64_t bytes;                 /* the allocation's size, head included */
-	uint64_t mapped;                /* block_new's own mapping: its length; else 0 (malloc) */
 };
 
-/* A block of about a huge page (2 MiB on x86-64) or whole huge pages, with
- * little to spare (read_arrow's, at most ARROW_BLOCK_BYTES of records), is a
- * mapping of its own, aligned to and advised for transparent huge pages: its
- * first touch is one page fault instead of 512. On this guest a 2 MiB block's
- * first touch took 0.8-1.6 ms in 4 KiB pages, ~0.11 ms in one huge page; a
- * benchmark drain of 1 KiB records at 2 MiB a call paid that first. Where
- * huge pages are off (transparent_hugepage "never") the advice is ignored
- * and the mapping is ordinary pages, as malloc's would be. */
-#define PLB_COL_HUGE ((uint64_t)2 << 20)
-
-static struct plb_columns_block *block_new(uint64_t bytes)
-{
-	struct plb_columns_block *blk;
-	uint64_t len = (bytes + PLB_COL_HUGE - 1) & ~(PLB_COL_HUGE - 1);
-
-	if (bytes >= PLB_COL_HUGE - PLB_COL_HUGE / 8 && len - bytes <= len / 8) {
-		uint8_t *map = mmap(NULL, len + PLB_COL_HUGE, PROT_READ | PROT_WRITE,
-				    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-		if (map != MAP_FAILED) {
-			/* the huge-page-aligned len bytes inside; the rest unmapped */
-			uint8_t *at = (uint8_t *)(((uintptr_t)map + PLB_COL_HUGE - 1) &
-						  ~(uintptr_t)(PLB_COL_HUGE - 1));
-
-			if (at > map)
-				munmap(map, (size_t)(at - map));
-			if (map + len + PLB_COL_HUGE > at + len)
-				munmap(at + len, (size_t)(map + len + PLB_COL_HUGE - (at + len)));
-			(void)madvise(at, len, MADV_HUGEPAGE); /* advice: refused or ignored is fine */
-			blk = (struct plb_columns_block *)at;
-			blk->bytes = len;
-			blk->mapped = len;
-			return blk;
-		}
-	}
-	if (posix_memalign((void **)&blk, PLB_COL_ALIGN, bytes))
-		return NULL;
-	blk->bytes = bytes;
-	blk->mapped = 0;
-	return blk;
-}
-
-static void block_free(struct plb_columns_block *blk)
-{
-	if (blk && blk->mapped)
-		munmap(blk, blk->mapped);
-	else
-		free(blk);
-}
-
-/* The spare: the largest block released lately, kept (at most one, at most
- * PLB_COL_SPARE_MAX bytes) for the next allocation of about its size. A
- * reader that makes one RecordBatch after another gets the same memory call
- * after call, its pages present and likely in cache. malloc alone did not:
- * in a new process the first several 2 MiB blocks each came as fresh pages
- * (512 page faults, ~0.8 ms a call against ~0.17 ms once warm), as smaller
- * allocations took over the freed ones. Lock-free (an atomic exchange), so a
- * release on any thread, or a fork meanwhile, can neither block nor deadlock. */
-#define PLB_COL_SPARE_MAX ((uint64_t)4 << 20)
-static struct plb_columns_block *spare;
-
-/* Park a released block as the spare, or free it: of the block and the spare
- * it displaces, the larger is kept. */
-static void spare_put(struct plb_columns_block *blk)
-{
-	struct plb_columns_block *old, *expect = blk;
-
-	if (blk->bytes > PLB_COL_SPARE_MAX) {
-		block_free(blk);
-		return;
-	}
-	old = __atomic_exchange_n(&spare, blk, __ATOMIC_ACQ_REL);
-	if (!old)
-		return;
-	/* old was larger: put it back unless another thread took or replaced blk meanwhile */
-	if (old->bytes > blk->bytes &&
-	    __atomic_compare_exchange_n(&spare, &expect, old, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-		old = blk;
-	block_free(old);
-}
-
-/* The spare when it holds need bytes and no more than twice that (a caller
- * may keep a small RecordBatch for long: it must not pin a large block), else
- * NULL (the spare stays). */
-static struct plb_columns_block *spare_take(uint64_t need)
-{
-	struct plb_columns_block *blk = __atomic_exchange_n(&spare, NULL, __ATOMIC_ACQ_REL);
-
-	if (blk && (blk->bytes < need || blk->bytes / 2 > need)) {
-		spare_put(blk);
-		blk = NULL;
-	}
-	return blk;
-}
+/* Released column blocks: the next allocation takes it when it needs between
+ * half its size and its size (a caller may keep a small RecordBatch for long:
+ * it must not pin a large block). */
+static struct plb_block *columns_spare;
 
 static void block_unref(struct plb_columns_block *blk)
 {
 	if (__atomic_sub_fetch(&blk->refs, 1, __ATOMIC_ACQ_REL) == 0)
-		spare_put(blk);
+		plb_block_put(&columns_spare, &blk->base);
 }
 
 /* Release an array: its children first (those not moved out nor released),
@@ -459,8 +371,8 @@ static int columns_alloc(uint64_t n, struct plb_column *cols, uint32_t ncols,
 	head = align_up(sizeof(*blk) + narrays * sizeof(*arr) + nslots * sizeof(void *));
 	if (__builtin_add_overflow(head, data, &data) || data > SIZE_MAX)
 		return -ENOMEM;
-	blk = spare_take(data); /* data >= head > 0 */
-	if (!blk && !(blk = block_new(data)))
+	blk = (struct plb_columns_block *)plb_block_take(&columns_spare, data, 2 * data);
+	if (!blk && !(blk = (struct plb_columns_block *)plb_block_new(data))) /* data >= head > 0 */
 		return -ENOMEM;
 	mem = (uint8_t *)blk;
 	arr = (struct plb_arrow_array *)(mem + sizeof(*blk));

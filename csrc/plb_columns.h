@@ -24,13 +24,12 @@
  *
  * Threads: functions over the caller's memory, run without the GIL; one caller
  * per column array at a time. The one global state is the spare block: the
- * largest block released lately (at most one, at most 4 MiB), which the next
- * allocation of about its size (need <= its size <= 2 * need) takes instead
- * of malloc's. It is handed over by atomic exchange: any thread may release a
- * block, and a fork meanwhile cannot leave a lock held. A block of a little
- * under a whole number of huge pages (read_arrow's) is a mapping of its own,
- * advised for transparent huge pages (MADV_HUGEPAGE): one page fault at its
- * first touch instead of one a 4 KiB page.
+ * largest column block released lately (at most one, at most 4 MiB), which
+ * the next allocation of about its size (need <= its size <= 2 * need) takes
+ * instead of new memory; a block of a little under a whole number of huge
+ * pages (read_arrow's) is a mapping of its own, advised for transparent huge
+ * pages: one page fault at its first touch instead of one a 4 KiB page (both:
+ * plb_block_internal.h).
  */
 #ifndef PLB_COLUMNS_H
 #define PLB_COLUMNS_H

@@ -17,6 +17,7 @@
 #include "plb_program.h"
 #include "plb_btf.h"
 #include "plb_columns.h"
+#include "plb_block.h"
 
 /* Defined by CFFI (extern "Python+C" in the generated cdef/shim.h:
  * tools/gen_cdef.py SHIM_PYTHON_CALLBACKS): logs one libbpf message. */

@@ -397,17 +397,20 @@ class OrderedBatch(Batch):
 
     Beside ``len(batch)``, ``batch[i]``, iteration, ``tags`` (the CPU, or the
     ring buffer's index) and ``to_numpy()``: ``timestamps[i]`` is record
-    ``i``'s merge key (ns; ``timestamps`` is an ``array.array('Q')``: a
-    sequence of ints without a Python object per record) and ``late[i]`` is
+    ``i``'s merge key (ns; ``timestamps`` is a sequence of ints without a
+    Python object per record: a memoryview of format ``'Q'`` over the batch's
+    memory for a large batch, else an ``array.array('Q')``) and ``late[i]`` is
     True when it is below a timestamp delivered earlier (``late`` is a
     sequence of bools: a list, or for a large batch with none late a
     read-only memoryview of shared zeros; ``list(batch.late)`` for a list).
     ``lost_notices`` lists the lost-samples notices the merge met while
     producing this batch, as ``(cpu, count)`` pairs (they are
     not records of the batch; ``lost`` is all zeros). The records are in
-    memory of the batch's own (the merge's output buffer, handed over, or a
-    ``bytes`` copy for a small batch), valid for as long as the batch, a view
-    or an array of it is referenced. ``tag_name`` says what ``tags`` are: ``"cpu"`` (a perf
+    memory of the batch's own, valid for as long as the batch, a view or an
+    array of it is referenced: the block the merge wrote them, their
+    timestamps and ring indexes into, handed over (``blob`` a writable
+    memoryview of it; ``timestamps`` and, without a CPU map, ``tags`` views of
+    it too), or for a small batch ``bytes`` and array copies. ``tag_name`` says what ``tags`` are: ``"cpu"`` (a perf
     event array's rings) or ``"ring"`` (the index of one of several ring
     buffers); ``to_arrow()`` names that column after it.
     """
@@ -428,24 +431,31 @@ class OrderedBatch(Batch):
 
     @classmethod
     def from_merge(cls, out: CData, n: int, tag_of: list[int] | None, tag_name: str,
-                   take: Any = None) -> OrderedBatch:
+                   taken: tuple[CData, int] | None = None) -> OrderedBatch:
         """The first ``n`` entries of a ``plb_merge_out``: its records and a few arrays.
 
-        ``take()``, when given and the records use more than
-        :data:`SMALL_BYTES`, hands over ``out.buf`` (the caller gives ``out``
-        a fresh buffer and returns an owner of the old one, ``out.used``
-        bytes long): the records are then not copied again. Otherwise they
-        are copied into one bytes object. No Python object per record unless
-        a record is flagged: the arrays are memcpy'd, and the flags are tested as bytes.
+        ``taken``: ``(block, head)`` when the caller hands over the memory the
+        merge wrote (``out.ts`` at the block's start, ``out.ring`` after
+        ``8 * n`` or more entries, ``out.buf`` at ``head``): the batch keeps it,
+        and its records, timestamps and ring indexes are views of it, never
+        copied. Otherwise (a small batch) they are copied: the records into
+        one bytes object, the arrays into ``array.array``. No Python object
+        per record unless a record is flagged; the flags are tested as bytes.
         """
         batch = cls.__new__(cls)
         used = int(out.used)
-        if used > SMALL_BYTES and take is not None:
-            batch.blob = ffi.buffer(take(), used)
-            batch.view = memoryview(batch.blob).toreadonly()
+        if taken is not None:
+            block, head = taken
+            whole = memoryview(ffi.buffer(block, head + used))   # keeps block alive
+            batch.blob = whole[head:]
+            batch.view = batch.blob.toreadonly()
+            ring_at = int(ffi.cast("uintptr_t", out.ring)) - int(ffi.cast("uintptr_t", block))
+            rings: Sequence[int] = whole[ring_at:ring_at + 4 * n].cast("I")
+            ts: Sequence[int] = whole[:8 * n].cast("Q")
         else:
             batch.blob = bytes(ffi.buffer(out.buf, used)) if used else b""
             batch.view = memoryview(batch.blob)
+            rings, ts = u32_array(out.ring, n), u64_array(out.ts, n)
         size = _shim.plb_merge_out_uniform(out, n) if n > SMALL_BATCH else -1
         if size >= 0:
             # Samples of one size back to back, none flagged (the usual large batch): starts is a
@@ -454,12 +464,10 @@ class OrderedBatch(Batch):
         else:
             batch.starts = u32_array(out.start, n)
             batch.lens = u32_array(out.len, n)
-        rings = u32_array(out.ring, n)
         if tag_of is not None:
             batch.tags = [tag_of[r] for r in rings]
         else:  # a large batch keeps the array (a list costs a pointer per record, made and freed)
-            batch.tags = rings.tolist() if n <= SMALL_BATCH else rings
-        ts = u64_array(out.ts, n)
+            batch.tags = list(rings) if n <= SMALL_BATCH else rings
         flags = None if size >= 0 else u32_array(out.flags, n)
         if flags is not None and any_nonzero(flags):
             late_bit, lost_bit = lib.PLB_MERGE_F_LATE, lib.PLB_MERGE_F_LOST

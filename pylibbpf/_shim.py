@@ -41,16 +41,20 @@ def plb_batch_take_buf(batch: CData) -> CData:
     return ffi.gc(buf, lib.plb_buf_free)
 
 
-def plb_buf_alloc(size: int) -> CData:
-    """``size`` bytes of uncleared memory (``uint8_t *``), freed when the pointer is garbage collected."""
-    return ffi.gc(check_ptr(lib.plb_buf_alloc(size), "plb_buf_alloc"), lib.plb_buf_free)
+def plb_block_buf(lo: int, size: int) -> tuple[CData, int]:
+    """Uncleared memory for a drain's output and the bytes it holds: the spare kept from a freed
+    buffer when it holds ``lo`` to ``2 * size`` bytes, else ``size`` new bytes (csrc/plb_block.h).
+    The pointer owns it: garbage collected, it becomes the spare or is freed."""
+    room = ffi.new("uint64_t *")
+    buf = check_ptr(lib.plb_block_buf(lo, size, room), "plb_block_buf")
+    return ffi.gc(buf, lib.plb_block_buf_free), int(room[0])
 
 
-def plb_buf_shrink(buf: CData, size: int) -> CData:
-    """``buf`` (from :func:`plb_buf_alloc`) cut to its first ``size`` bytes, in place where the
+def plb_block_buf_shrink(buf: CData, size: int) -> CData:
+    """``buf`` (from :func:`plb_block_buf`) cut to its first ``size`` bytes, in place where the
     allocator can; returns the pointer that owns them from now on (``buf`` must not be used again)."""
     ffi.gc(buf, None)  # disarm buf's free: the memory now belongs to the pointer returned
-    return ffi.gc(lib.plb_buf_shrink(buf, size), lib.plb_buf_free)
+    return ffi.gc(lib.plb_block_buf_shrink(buf, size), lib.plb_block_buf_free)
 
 
 def plb_batch_reset(batch: CData) -> None:

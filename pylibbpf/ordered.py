@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from . import _check, _close, _into, _libbpf, _shim
-from ._batch import OrderedBatch, Record, RecordReader
+from ._batch import SMALL_BYTES, OrderedBatch, Record, RecordReader
 from ._close import Waiter
 from ._ffi import ffi, lib
 from ._rings import PerfRings, RingBufMaps, check_page_cnt, require_map_type
@@ -143,7 +143,8 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
 
     _what = "OrderedReader"
     _MAX_RECORDS = 16384        # entries per C drain
-    _BUF_BYTES = 1 << 21        # payload bytes per C drain (grows for a larger record)
+    _BUF_BYTES = 1 << 21        # payload bytes of the first C drain, and the most a later one is sized
+                                # for (more only for a record larger than that)
 
     def __init__(self, map: Map | Sequence[Map], timestamp: str | int = "kernel", event: EventDef | None = None,
                  window_ms: float = 5.0, late: str = "deliver", page_cnt: int = 64) -> None:
@@ -168,6 +169,8 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
         self._tags: list[int] = []
         self._tag_name = "cpu"  # what a source is: a CPU's perf ring, or one of several ring buffers
         self._max = self._MAX_RECORDS
+        self._block: Any = None    # the memory the next drain writes into (_new_block)
+        self._want = self._BUF_BYTES  # the payload bytes the next block is sized for
         self._into_state: _into.Into | None = None
         # The largest record a ring can hold: read_into's odd-record room.
         self._ring_bytes = page_cnt * mmap.PAGESIZE if perf else max(m.max_entries for m in maps)
@@ -221,7 +224,7 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
         # a safety net only: close() frees the merge, before the rings it points into
         self._free_merge = _close.finalizer(self, _shim.plb_merge_free, self._merge)
         self._nsrc = n
-        self._alloc_out(self._BUF_BYTES)
+        self._init_out()
 
     def _watch(self) -> None:
         """The waiter over the rings' fds (plus the close eventfd).
@@ -258,29 +261,59 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
             raise ValueError("OrderedReader: the same ring buffer map appears twice")
         return False, maps
 
-    def _alloc_out(self, buf_bytes: int) -> None:
+    def _init_out(self) -> None:
+        """The drain's output descriptor and the per-entry arrays a batch never keeps (flags, start,
+        len: a batch with flagged or unequal records copies what it needs of them)."""
         out = ffi.new("struct plb_merge_out *")
         n = self._max
-        # The payload buffer is malloc'd, not ffi.new'd: ffi.new would clear megabytes the
-        # merge overwrites anyway, and a batch takes it over (_take_out_buf).
-        self._out_buf = _shim.plb_buf_alloc(buf_bytes)
-        self._arrays = (ffi.new("uint32_t[]", n), ffi.new("uint64_t[]", n),
-                        ffi.new("uint32_t[]", n), ffi.new("uint32_t[]", n), ffi.new("uint32_t[]", n))
-        out.buf = self._out_buf
-        out.ring, out.ts, out.flags, out.start, out.len = self._arrays
-        out.buf_size = buf_bytes
+        self._arrays = (ffi.new("uint32_t[]", n), ffi.new("uint32_t[]", n), ffi.new("uint32_t[]", n))
+        out.flags, out.start, out.len = self._arrays
         self._out = out
+        # In a block: the timestamps (u64) and ring indexes (u32) of up to n entries, then the payloads.
+        self._head = (12 * n + 63) & ~63
 
-    def _take_out_buf(self) -> Any:
-        """Hand the merge's payload buffer to a batch (an owner of its ``used`` bytes) and give
-        the merge a fresh one of the same size (merge lock held)."""
-        out = self._out
-        taken = self._out_buf
-        self._out_buf = _shim.plb_buf_alloc(int(out.buf_size))
-        out.buf = self._out_buf
-        used = int(out.used)
-        # Shrunk to the records (in place): a kept small batch must not pin the whole buffer.
-        return _shim.plb_buf_shrink(taken, used) if used <= int(out.buf_size) // 2 else taken
+    def _new_block(self) -> None:
+        """Memory for the next drain (merge lock held): one block, which a large batch takes over
+        whole, so its records, timestamps and ring indexes are never copied again.
+
+        Sized for ``_want`` payload bytes; the block a batch freed meanwhile serves when it holds
+        at least three quarters of that (csrc/plb_block.h, the spare): a reader whose batches are
+        dropped before the next read writes into the same memory every call, its pages present.
+        The payload buffer is not cleared: the merge writes every byte a batch reads.
+        """
+        head, out = self._head, self._out
+        want = head + self._want
+        block, room = _shim.plb_block_buf(want - self._want // 4, want)
+        out.ts = ffi.cast("uint64_t *", block)
+        out.ring = ffi.cast("uint32_t *", block + 8 * self._max)
+        out.buf = block + head
+        out.buf_size = room - head
+        self._block = block
+
+    def _hand_over(self, n: int, used: int) -> tuple[Any, int] | None:
+        """Whether the batch of a drain of ``n`` entries and ``used`` payload bytes takes the block
+        (merge lock held): ``(block, head length)`` when it does, None when it copies.
+
+        A batch that fills more than half of the block takes it whole. One that fills less copies
+        its records when a drain of ``_max`` such records would fill more than half (this drain was
+        cut short by the rings: the block stays, and so do its pages). Otherwise the block is more
+        than twice what these records need (the first block is sized before any record is seen):
+        the batch takes it cut to its records' pages. A taken block's successor is sized for
+        ``_max`` records like these (``_want``), so record-limited drains fill it.
+        """
+        room = int(self._out.buf_size)
+        if used <= SMALL_BYTES:
+            return None
+        # The payload bytes of _max records like these, up to _BUF_BYTES (or the room a record
+        # larger than that needed).
+        full = min((used * self._max // n + 7) & ~7, max(self._BUF_BYTES, room))
+        block = self._block
+        if used <= room // 2:
+            if full > room // 2:
+                return None
+            block = _shim.plb_block_buf_shrink(block, self._head + ((used + 4095) & ~4095))
+        self._block, self._want = None, full
+        return block, self._head
 
     def read(self, timeout: float | None = None) -> Record:
         """The next record in merged order (a :class:`Record` with ``timestamp`` and ``late``).
@@ -303,7 +336,7 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
             self._pending = batch
             i = batch.next
             start = batch.starts[i]
-            rec = Record(batch.tags[i], batch.blob[start:start + batch.lens[i]], batch.lost[i],
+            rec = Record(batch.tags[i], bytes(batch.view[start:start + batch.lens[i]]), batch.lost[i],
                          batch.timestamps[i], batch.late[i])
             batch.next = i + 1
             if batch.next >= len(batch.starts):
@@ -490,24 +523,30 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
         with self._merge_lock:
             if self._merge is None:
                 raise ClosedError(self._what)
+            out = self._out
             while True:
-                n = _shim.plb_merge_drain(self._merge, self._out, self._max, flags, "plb_merge_drain")
+                if self._block is None:
+                    self._new_block()
+                n = _shim.plb_merge_drain(self._merge, out, self._max, flags, "plb_merge_drain")
                 if n != -errno.ENOSPC:
                     break
-                need = int(self._out.need)
-                self._alloc_out(max(2 * int(self._out.buf_size), (need + 7) & ~7))
+                # Not even the first record fits: a block of twice the room, or the record's size.
+                self._want = max(2 * int(out.buf_size), (int(out.need) + 7) & ~7)
+                self._block = None
             if n == 0:
                 return None
-            return OrderedBatch.from_merge(self._out, n, self._tag_of, self._tag_name, self._take_out_buf)
+            return OrderedBatch.from_merge(out, n, self._tag_of, self._tag_name, self._hand_over(n, int(out.used)))
 
     def _free_sources(self) -> None:
-        """Free the merge first (it points into the rings), then the rings."""
+        """Free the merge first (it points into the rings), then the rings; give the drain's block
+        back (batches keep theirs)."""
         with self._merge_lock:
             if self._merge is not None:
                 self._final = self._stats_locked()
                 self._merge = None
             if self._free_merge is not None:
                 self._free_merge()
+            self._block = None
         if self._perf is not None:
             self._perf.close()
         if self._ringbufs is not None:

@@ -217,7 +217,7 @@ class RingBuffer(BatchReader):
                 # call), where one sized for a whole large ring would be fresh memory each time
                 # (a page fault a page).
                 # A 256th of the block is left for its head and alignment, so that a block of
-                # numbers fits in ARROW_BLOCK_BYTES: one huge page (plb_columns.c, block_new).
+                # numbers fits in ARROW_BLOCK_BYTES: one huge page (plb_block.c, plb_block_new).
                 per_call = ARROW_BLOCK_BYTES // size
                 columns = _arrow.Columns(event_def, min(rows, max(1, per_call - per_call // 256)), what)
                 try:

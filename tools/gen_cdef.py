@@ -50,7 +50,7 @@ SKIP_FUNCTIONS = {
 SHIM_UMBRELLA = "pylibbpf_shim.h"
 # C-only headers: internals of the shim's sources, never bound (Python reaches
 # the perf-ring cursor and the merge's internals only through plb_merge.h).
-SHIM_INTERNAL = ("plb_perfring.h", "plb_merge_internal.h", "plb_ringwalk.h", "plb_vectorise.h")
+SHIM_INTERNAL = ("plb_perfring.h", "plb_merge_internal.h", "plb_block_internal.h", "plb_ringwalk.h", "plb_vectorise.h")
 # Declared in C, defined by CFFI from a Python function (`extern "Python+C"`).
 SHIM_PYTHON_CALLBACKS = {"plb_py_log", "plb_py_one"}
 

@@ -8,6 +8,7 @@
  * after the parent), 8-byte columns paired across two records, and the spare
  * block kept for the next allocation. ASan checks every access and the leaks.
  * Unity build: includes the code under test. */
+#include "../../csrc/plb_block.c"
 #include "../../csrc/plb_columns.c"
 
 #include <stdio.h>
@@ -336,7 +337,7 @@ static void test_arrow(void)
 
 /* The spare block: a released block comes back to the next allocation of
  * about its size (the same memory), not to a much smaller one; of two
- * released blocks the larger is kept; one above PLB_COL_SPARE_MAX is freed.
+ * released blocks the larger is kept; one above PLB_BLOCK_SPARE_MAX is freed.
  * The spare is emptied at the end, so ASan's leak check sees every block. */
 static uint8_t *spare_alloc(uint64_t rows, struct plb_arrow_array *out)
 {
@@ -352,61 +353,61 @@ static void test_spare(void)
 	struct plb_arrow_array a, b, big;
 	uint8_t *pa, *pb;
 
-	block_free(__atomic_exchange_n(&spare, NULL, __ATOMIC_ACQ_REL)); /* from the tests before */
+	plb_block_free(__atomic_exchange_n(&columns_spare, NULL, __ATOMIC_ACQ_REL)); /* from the tests before */
 	pa = spare_alloc(1000, &a);
 	a.release(&a);
-	CHECK(spare != NULL);
+	CHECK(columns_spare != NULL);
 	CHECK(spare_alloc(1000, &a) == pa); /* the same block again */
-	CHECK(spare == NULL);
+	CHECK(columns_spare == NULL);
 	a.release(&a);
 	CHECK(spare_alloc(600, &b) == pa);  /* fewer rows: within twice their size, reused */
 	b.release(&b);
 	pb = spare_alloc(100, &b);          /* far smaller: a block of its own */
-	CHECK(pb != pa && spare != NULL);
+	CHECK(pb != pa && columns_spare != NULL);
 	CHECK(spare_alloc(1000, &a) == pa);
 	b.release(&b);                      /* the small one parked */
 	a.release(&a);                      /* the larger displaces it */
 	CHECK(spare_alloc(1000, &a) == pa);
 	a.release(&a);
-	spare_alloc((PLB_COL_SPARE_MAX >> 3) + 1, &big); /* too large to keep */
-	CHECK(spare != NULL);               /* the parked block stayed */
+	spare_alloc((PLB_BLOCK_SPARE_MAX >> 3) + 1, &big); /* too large to keep */
+	CHECK(columns_spare != NULL);               /* the parked block stayed */
 	big.release(&big);
 	CHECK(spare_alloc(1000, &a) == pa);
 	a.release(&a);
-	block_free(__atomic_exchange_n(&spare, NULL, __ATOMIC_ACQ_REL));
+	plb_block_free(__atomic_exchange_n(&columns_spare, NULL, __ATOMIC_ACQ_REL));
 }
 
 /* A block of a little under a huge page is a mapping of its own, aligned to
- * the huge page (block_new); it is parked and reused like any block, and
+ * the huge page (plb_block_new); it is parked and reused like any block, and
  * unmapped when displaced by a larger one. One just over a huge page (most
  * of a second one would be wasted) and a small one come from malloc. */
 static void test_huge_block(void)
 {
 	struct plb_arrow_array a, b;
-	uint64_t rows = (PLB_COL_HUGE - 4096) / 8; /* the head and alignment fit in the rest */
+	uint64_t rows = (PLB_BLOCK_HUGE - 4096) / 8; /* the head and alignment fit in the rest */
 	unsigned char vec[1];
 	uint8_t *pa;
 	void *blk_a;
 
 	pa = spare_alloc(rows, &a);
 	blk_a = a.private_data;
-	CHECK(((struct plb_columns_block *)blk_a)->mapped == PLB_COL_HUGE);
-	CHECK((uintptr_t)blk_a % PLB_COL_HUGE == 0);
+	CHECK(((struct plb_block *)blk_a)->mapped == PLB_BLOCK_HUGE);
+	CHECK((uintptr_t)blk_a % PLB_BLOCK_HUGE == 0);
 	a.release(&a);
-	CHECK(spare == blk_a);
+	CHECK(columns_spare == blk_a);
 	CHECK(spare_alloc(rows, &a) == pa); /* parked, reused */
-	spare_alloc(PLB_COL_HUGE / 8 + 64, &b); /* just over a huge page: malloc's */
-	CHECK(((struct plb_columns_block *)b.private_data)->mapped == 0);
+	spare_alloc(PLB_BLOCK_HUGE / 8 + 64, &b); /* just over a huge page: malloc's */
+	CHECK(((struct plb_block *)b.private_data)->mapped == 0);
 	b.release(&b);
 	CHECK(mincore(blk_a, 4096, vec) == 0); /* still mapped, still a's */
 	a.release(&a); /* smaller than the spare: unmapped */
-	CHECK(spare && spare->mapped == 0);
+	CHECK(columns_spare && columns_spare->mapped == 0);
 	CHECK(mincore(blk_a, 4096, vec) == -1 && errno == ENOMEM);
-	block_free(__atomic_exchange_n(&spare, NULL, __ATOMIC_ACQ_REL));
+	plb_block_free(__atomic_exchange_n(&columns_spare, NULL, __ATOMIC_ACQ_REL));
 	spare_alloc(1000, &b); /* small: malloc's */
-	CHECK(((struct plb_columns_block *)b.private_data)->mapped == 0);
+	CHECK(((struct plb_block *)b.private_data)->mapped == 0);
 	b.release(&b);
-	block_free(__atomic_exchange_n(&spare, NULL, __ATOMIC_ACQ_REL));
+	plb_block_free(__atomic_exchange_n(&columns_spare, NULL, __ATOMIC_ACQ_REL));
 }
 
 int main(void)

@@ -13,6 +13,7 @@
 #include "../../csrc/plb_ringbuf.c"
 #include "../../csrc/plb_merge.c"
 #include "../../csrc/plb_merge_runs.c"
+#include "../../csrc/plb_block.c"
 #include "../../csrc/plb_columns.c"
 #include "../../csrc/plb_into.c"
 

@@ -17,6 +17,7 @@
  *   - plb_columns_arrow gives the same columns, and releasing its array
  *     frees everything (ASan's leak check).
  */
+#include "plb_block.c"
 #include "plb_columns.c"
 #include "fuzz_common.h"
 

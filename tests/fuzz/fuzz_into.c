@@ -31,6 +31,7 @@
 #include "plb_ringbuf.c"
 #include "plb_merge.c"
 #include "plb_merge_runs.c"
+#include "plb_block.c"
 #include "plb_columns.c"
 #include "plb_into.c"
 #include "fuzz_common.h"
