@@ -94,7 +94,8 @@ class Batch:
 
     ``blob`` is the records' memory (a buffer-protocol object): record ``i`` is
     ``blob[starts[i]:starts[i] + lens[i]]`` (``starts``: a ``range`` for
-    records of one size back to back, else an ``array.array`` or a list). A batch of more than
+    records of one size back to back, else an ``array.array`` or a list; ``lens`` then a
+    read-only memoryview of the one length repeated, else likewise). A batch of more than
     :data:`SMALL_BYTES` bytes owns the memory the C drain copied the records
     into (handed over, not copied again: ``blob`` is a writable cffi buffer
     over it, freed once nothing references it); a smaller one holds a
@@ -335,12 +336,31 @@ def any_nonzero(values: Sequence[int]) -> bool:
     return raw != bytes(len(raw))
 
 
-def uniform_index(n: int, size: int) -> tuple[range, array.array[int]]:
+#: Shared read-only u32 arrays of one value repeated (uniform batches' ``lens``), by value; at most
+#: :data:`_MAX_REPEATS` values are kept at a time (past it the cache starts over).
+_repeats: dict[int, memoryview[int]] = {}
+_MAX_REPEATS = 16
+
+
+def repeated_u32(value: int, n: int) -> memoryview[int]:
+    """``n`` copies of ``value`` as u32: a read-only view of a buffer shared by every caller, made
+    once per value (a fresh ``array.array('I', [value]) * n`` per batch cost ~0.25 ns a record)."""
+    view = _repeats.get(value)
+    if view is None or len(view) < n:
+        if len(_repeats) >= _MAX_REPEATS:
+            _repeats.clear()
+        grown = max(n, 4096, 2 * len(view) if view is not None else 0)
+        view = _repeats[value] = memoryview(array.array("I", [value]) * grown).toreadonly()
+    return view[:n]
+
+
+def uniform_index(n: int, size: int) -> tuple[range, memoryview[int]]:
     """``starts`` and ``lens`` of ``n`` records of ``size`` bytes laid out as the C drains lay them:
     each at the 8-byte aligned end of the one before, from offset 0. ``starts`` is a ``range``, which
-    tells ``to_numpy``, ``to_arrow`` and the callback loop the stride without a look at the lengths."""
+    tells ``to_numpy``, ``to_arrow`` and the callback loop the stride without a look at the lengths;
+    ``lens`` is a shared read-only view (:func:`repeated_u32`)."""
     step = (size + 7) & ~7
-    return range(0, n * step, step), array.array("I", [size]) * n
+    return range(0, n * step, step), repeated_u32(size, n)
 
 
 def u32_array(ptr: CData, n: int) -> array.array[int]:

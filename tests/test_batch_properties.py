@@ -99,6 +99,25 @@ def test_zeros_are_shared_read_only_and_known_to_be_zero() -> None:
     assert not any_nonzero(small[2:]) and not any_nonzero(zeros("Q", 0))
 
 
+@settings(max_examples=100, deadline=None)
+@given(sizes=st.lists(st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 20_000)), min_size=1, max_size=40))
+def test_repeated_lengths_are_right_and_read_only(sizes: list[tuple[int, int]]) -> None:
+    """A uniform batch's ``lens``: n copies of its length from a buffer shared per length (grown for a
+    larger n, made afresh past 16 lengths); a view handed out earlier keeps its values."""
+    from pylibbpf._batch import repeated_u32, uniform_index
+
+    kept = []
+    for value, n in sizes:
+        view = repeated_u32(value, n)
+        assert len(view) == n and view.readonly and view.format == "I"
+        assert view.tobytes() == value.to_bytes(4, "little") * n
+        kept.append((value, n, view))
+    for value, n, view in kept:
+        assert list(view) == [value] * n
+    starts, lens = uniform_index(5, 13)
+    assert list(starts) == [0, 16, 32, 48, 64] and list(lens) == [13] * 5
+
+
 @settings(max_examples=200, deadline=None)
 @given(n=st.integers(1, 300), at=st.integers(0, 299), value=st.integers(1, 2**64 - 1),
        fmt=st.sampled_from(["I", "Q"]))
