@@ -202,8 +202,13 @@ class Batch:
         return self.view[start:start + self.lens[i]]
 
     def __iter__(self) -> Iterator[memoryview]:
-        view = self.view
-        for start, length in zip(self.starts, self.lens):
+        view, starts = self.view, self.starts
+        if type(starts) is range and starts:   # records of one length (uniform_index): no lengths read
+            length = self.lens[0]
+            for start in starts:
+                yield view[start:start + length]
+            return
+        for start, length in zip(starts, self.lens):
             yield view[start:start + length]
 
     def to_numpy(self, event_def: Any) -> Any:
