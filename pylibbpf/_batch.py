@@ -463,8 +463,9 @@ class OrderedBatch(Batch):
         merge wrote (``out.ts`` at the block's start, ``out.ring`` after
         ``8 * n`` or more entries, ``out.buf`` at ``head``): the batch keeps it,
         and its records, timestamps and ring indexes are views of it, never
-        copied. Otherwise (a small batch) they are copied: the records into
-        one bytes object, the arrays into ``array.array``. No Python object
+        copied. Otherwise (a small batch, or a drain the rings cut short, whose
+        block the merge keeps) they are copied: the records into one bytes
+        object, the arrays into ``array.array``. No Python object
         per record unless a record is flagged; the flags are tested as bytes.
         """
         batch = cls.__new__(cls)
