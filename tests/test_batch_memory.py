@@ -151,6 +151,10 @@ def test_ordered_to_numpy_views_the_batch(obj: BPFObject, prog: Program, target:
             batches.append(batch)
         got = [b.to_numpy(EVENT) for b in batches]
         assert any(shares(a, b) for a, b in zip(got, batches, strict=True))
+        # The merge keys and sources, views of the same memory for a large batch: the records' own.
+        for arr, b in zip(got, batches, strict=True):
+            assert list(b.timestamps) == arr["ts"].tolist()
+            assert list(b.tags) == [cpu if target == "perf" else 0] * len(b)
     del batches
     gc.collect()
     churn()
