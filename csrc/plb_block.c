@@ -11,10 +11,11 @@
 struct plb_block *plb_block_new(uint64_t bytes)
 {
 	struct plb_block *blk;
-	uint64_t len = (bytes + PLB_BLOCK_HUGE - 1) & ~(PLB_BLOCK_HUGE - 1);
+	uint64_t len;
 
 	if (bytes > SIZE_MAX - PLB_BLOCK_HUGE)
 		return NULL;
+	len = (bytes + PLB_BLOCK_HUGE - 1) & ~(PLB_BLOCK_HUGE - 1);
 	/* A little under whole huge pages (no more than an eighth to spare): a mapping of its own. */
 	if (bytes >= PLB_BLOCK_HUGE - PLB_BLOCK_HUGE / 8 && len - bytes <= len / 8) {
 		uint8_t *map = mmap(NULL, len + PLB_BLOCK_HUGE, PROT_READ | PROT_WRITE,
@@ -51,7 +52,10 @@ void plb_block_free(struct plb_block *blk)
 		free(blk);
 }
 
-struct plb_block *plb_block_shrink(struct plb_block *blk, uint64_t bytes)
+/* Cut blk to its first bytes bytes (head included): malloc's shrink in place,
+ * or the whole pages past them unmapped. Returns the block to use from now on
+ * (blk itself, or where realloc moved it; blk unchanged when it cannot). */
+static struct plb_block *block_shrink(struct plb_block *blk, uint64_t bytes)
 {
 	struct plb_block *smaller;
 
@@ -142,5 +146,5 @@ uint8_t *plb_block_buf_shrink(uint8_t *p, uint64_t size)
 {
 	if (!p)
 		return p;
-	return (uint8_t *)plb_block_shrink(buf_block(p), BUF_HEAD + (size ? size : 1)) + BUF_HEAD;
+	return (uint8_t *)block_shrink(buf_block(p), BUF_HEAD + (size ? size : 1)) + BUF_HEAD;
 }

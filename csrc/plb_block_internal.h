@@ -45,11 +45,6 @@ struct plb_block *plb_block_new(uint64_t bytes);
 /* Free a block (NULL: no-op). */
 void plb_block_free(struct plb_block *blk);
 
-/* Cut blk to its first bytes bytes (head included): malloc's shrink in place,
- * or the whole pages past them unmapped. Returns the block to use from now on
- * (blk itself, or where realloc moved it; blk unchanged when it cannot). */
-struct plb_block *plb_block_shrink(struct plb_block *blk, uint64_t bytes);
-
 /* Park a released block as *spare, or free it: of it and the block it
  * displaces the larger is kept; a block above PLB_BLOCK_SPARE_MAX is freed. */
 void plb_block_put(struct plb_block **spare, struct plb_block *blk);

@@ -475,7 +475,7 @@ class OrderedBatch(Batch):
             whole = memoryview(ffi.buffer(block, head + used))   # keeps block alive
             batch.blob = whole[head:]
             batch.view = batch.blob.toreadonly()
-            ring_at = int(ffi.cast("uintptr_t", out.ring)) - int(ffi.cast("uintptr_t", block))
+            ring_at = int(ffi.cast("uint8_t *", out.ring) - block)
             rings: Sequence[int] = whole[ring_at:ring_at + 4 * n].cast("I")
             ts: Sequence[int] = whole[:8 * n].cast("Q")
         else:

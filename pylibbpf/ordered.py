@@ -301,17 +301,19 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
         the batch takes it cut to its records' pages. A taken block's successor is sized for
         ``_max`` records like these (``_want``), so record-limited drains fill it.
         """
-        room = int(self._out.buf_size)
         if used <= SMALL_BYTES:
             return None
+        room = int(self._out.buf_size)
         # The payload bytes of _max records like these, up to _BUF_BYTES (or the room a record
         # larger than that needed).
         full = min((used * self._max // n + 7) & ~7, max(self._BUF_BYTES, room))
+        half = room // 2
+        if used <= half < full:
+            return None   # cut short by the rings
         block = self._block
-        if used <= room // 2:
-            if full > room // 2:
-                return None
-            block = _shim.plb_block_buf_shrink(block, self._head + ((used + 4095) & ~4095))
+        if used <= half:  # a block for larger records: cut to these records' pages
+            pages = -(-used // mmap.PAGESIZE) * mmap.PAGESIZE
+            block = _shim.plb_block_buf_shrink(block, self._head + pages)
         self._block, self._want = None, full
         return block, self._head
 
