@@ -32,17 +32,19 @@ from .consumers_py import CONSUMERS, NOTES, PERF_PAGES
 from .producers import BENCH_C, MEMCPY_C, PRODUCER_OBJ, build, online_cpus, pin
 
 SIZES = (32, 128, 1024)
-C_CONSUMERS = {"c-ringbuf": "ringbuf", "c-perfbuf": "perfbuf", "c-memcpy": "memcpy"}
-C_MODES = {"c-memcpy": ("drain",)}   # the copy ceiling has no producer: drain only
+# c-perfmerge: the ordered merge's C core (csrc/plb_merge.c) copying into arrays as OrderedReader
+# drains it, with no Python: the ordered rows' ceiling, next to c-perfbuf (which keeps no order).
+C_CONSUMERS = {"c-ringbuf": "ringbuf", "c-perfbuf": "perfbuf", "c-memcpy": "memcpy", "c-perfmerge": "perfmerge"}
+C_MODES = {"c-memcpy": ("drain",), "c-perfmerge": ("drain",)}   # ceilings for the drain targets only
 ORDER = ["c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "bcc-ringbuf-event",
          "pylibbpf-ringbuf-callback", "pylibbpf-ringbuf-noop", "pylibbpf-ringbuf-batch",
          "pylibbpf-ringbuf-numpy", "pylibbpf-ringbuf-into", "pylibbpf-ringbuf-arrow", "pylibbpf-ringbuf-readarrow",
          "pylibbpf-backpressure",
-         "c-perfbuf", "pylibbpf-perfbuf-callback", "pylibbpf-perfbuf-batch", "pylibbpf-ordered-batch",
+         "c-perfbuf", "c-perfmerge", "pylibbpf-perfbuf-callback", "pylibbpf-perfbuf-batch", "pylibbpf-ordered-batch",
          "pylibbpf-ordered-numpy", "pylibbpf-ordered-into"]
 # The rows the targets read: --quick runs only these.
 QUICK = {"c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "pylibbpf-ringbuf-callback",
-         "pylibbpf-ringbuf-noop", "pylibbpf-ringbuf-batch", "pylibbpf-ringbuf-numpy", "c-perfbuf",
+         "pylibbpf-ringbuf-noop", "pylibbpf-ringbuf-batch", "pylibbpf-ringbuf-numpy", "c-perfbuf", "c-perfmerge",
          "pylibbpf-ordered-numpy", "pylibbpf-ringbuf-into", "pylibbpf-ordered-into", "pylibbpf-ringbuf-arrow",
          "pylibbpf-ringbuf-readarrow"}
 ORDERED_WINDOW_MS = 5   # OrderedReader's default window: its latency target is window + 1 ms
@@ -223,8 +225,8 @@ def baselines(name: str, mode: str, size: int) -> dict[str, tuple[str, str, int]
     and the copy ceiling (ring-buffer drains)."""
     kind = kind_of(name)
     out = {}
-    if kind in ("ringbuf", "perfbuf"):
-        out["c"] = (f"c-{kind}", mode, size)
+    if kind in ("ringbuf", "perfbuf", "perfmerge"):
+        out["c"] = ("c-perfbuf" if kind == "perfmerge" else f"c-{kind}", mode, size)
     if name.endswith("arrow"):   # to_arrow and read_arrow against to_numpy on the same reader
         out["numpy"] = (name.rsplit("-", 1)[0] + "-numpy", mode, size)
     if kind == "ringbuf":

@@ -56,3 +56,16 @@ def test_targets_one_column_per_run_the_last_with_its_spread(tmp_path: Path,
     assert "| `pylibbpf-ringbuf-numpy` |" in out and "| target | one | two: median (min–max) |" in out
     with pytest.raises(SystemExit):
         main([str(a), "--titles", "one,two"])
+
+
+def test_the_ordered_ceiling_is_a_drain_row_over_c_perfbuf() -> None:
+    """c-perfmerge (the merge's C core, copying, no Python) runs where the ordered drain target is
+    measured, and its × C is over c-perfbuf's, as the ordered rows' is."""
+    from benchmarks.__main__ import baselines, plan
+
+    assert baselines("c-perfmerge", "drain", 32) == {"c": ("c-perfbuf", "drain", 32)}
+    assert baselines("pylibbpf-ordered-numpy", "drain", 32)["c"] == ("c-perfbuf", "drain", 32)
+    for quick in (True, False):
+        runs = plan(quick, None)
+        assert ("c-perfmerge", "drain", 32) in runs
+        assert {mode for name, mode, _ in runs if name == "c-perfmerge"} == {"drain"}
