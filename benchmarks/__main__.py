@@ -36,17 +36,20 @@ SIZES = (32, 128, 1024)
 # drains it, with no Python: the ordered rows' ceiling, next to c-perfbuf (which keeps no order).
 C_CONSUMERS = {"c-ringbuf": "ringbuf", "c-perfbuf": "perfbuf", "c-memcpy": "memcpy", "c-perfmerge": "perfmerge"}
 C_MODES = {"c-memcpy": ("drain",), "c-perfmerge": ("drain",)}   # ceilings for the drain targets only
+# py-noop-floor (benchmarks/pyfloor.py): the interpreter's least work per record under the callback
+# contract (a memoryview, an empty call), no ring: the empty-callback target's ceiling, over bcc's.
+FLOORS = {"py-noop-floor": "pyfloor"}
 ORDER = ["c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "bcc-ringbuf-event",
-         "pylibbpf-ringbuf-callback", "pylibbpf-ringbuf-noop", "pylibbpf-ringbuf-batch",
+         "pylibbpf-ringbuf-callback", "pylibbpf-ringbuf-noop", "py-noop-floor", "pylibbpf-ringbuf-batch",
          "pylibbpf-ringbuf-numpy", "pylibbpf-ringbuf-into", "pylibbpf-ringbuf-arrow", "pylibbpf-ringbuf-readarrow",
          "pylibbpf-backpressure",
          "c-perfbuf", "c-perfmerge", "pylibbpf-perfbuf-callback", "pylibbpf-perfbuf-batch", "pylibbpf-ordered-batch",
          "pylibbpf-ordered-numpy", "pylibbpf-ordered-into"]
 # The rows the targets read: --quick runs only these.
 QUICK = {"c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "pylibbpf-ringbuf-callback",
-         "pylibbpf-ringbuf-noop", "pylibbpf-ringbuf-batch", "pylibbpf-ringbuf-numpy", "c-perfbuf", "c-perfmerge",
-         "pylibbpf-ordered-numpy", "pylibbpf-ringbuf-into", "pylibbpf-ordered-into", "pylibbpf-ringbuf-arrow",
-         "pylibbpf-ringbuf-readarrow"}
+         "pylibbpf-ringbuf-noop", "py-noop-floor", "pylibbpf-ringbuf-batch", "pylibbpf-ringbuf-numpy", "c-perfbuf",
+         "c-perfmerge", "pylibbpf-ordered-numpy", "pylibbpf-ringbuf-into", "pylibbpf-ordered-into",
+         "pylibbpf-ringbuf-arrow", "pylibbpf-ringbuf-readarrow"}
 ORDERED_WINDOW_MS = 5   # OrderedReader's default window: its latency target is window + 1 ms
 LATENCY_RATE = 10_000   # events per second, one per trigger
 PERF_WAKEUP_C = 4096    # the C perf consumer's wakeup_events in throughput runs (pylibbpf's PerfBuffer: 1)
@@ -77,6 +80,8 @@ def params(kind: str, mode: str, size: int, quick: bool, is_c: bool) -> dict[str
 
 
 def modes_of(name: str) -> tuple[str, ...]:
+    if name in FLOORS:
+        return ("drain",)
     if name in CONSUMERS:
         return CONSUMERS[name].modes
     return C_MODES.get(name, ("drain", "steady", "latency"))
@@ -129,6 +134,9 @@ def measure_once(name: str, mode: str, size: int, quick: bool, env: dict[str, st
         p = params("ringbuf", mode, size, quick, True)
         # The fastest of >= 0.3 s of passes (memcpy_bw.c): enough passes for one to miss the host's noise.
         cmd = [str(MEMCPY_C), str(size), str(p["events"]), "min_time_ms=300"]
+    elif name in FLOORS:
+        p = params("ringbuf", mode, size, quick, True)   # as many records as the ring-buffer drain
+        cmd = [sys.executable, "-m", "benchmarks.pyfloor", str(size), str(p["events"]), "min_time_ms=300"]
     elif name in C_CONSUMERS:
         kind = C_CONSUMERS[name]
         p = params(kind, mode, size, quick, True)
@@ -217,6 +225,8 @@ def spread(values: list[float]) -> dict[str, Any] | None:
 def kind_of(name: str) -> str:
     if name in C_CONSUMERS:
         return C_CONSUMERS[name]
+    if name in FLOORS:
+        return FLOORS[name]
     return CONSUMERS[name].kind if name in CONSUMERS else "ringbuf"
 
 
@@ -229,6 +239,8 @@ def baselines(name: str, mode: str, size: int) -> dict[str, tuple[str, str, int]
         out["c"] = ("c-perfbuf" if kind == "perfmerge" else f"c-{kind}", mode, size)
     if name.endswith("arrow"):   # to_arrow and read_arrow against to_numpy on the same reader
         out["numpy"] = (name.rsplit("-", 1)[0] + "-numpy", mode, size)
+    if kind == "pyfloor":
+        out["bcc"] = ("bcc-ringbuf-noop", mode, size)
     if kind == "ringbuf":
         out["bcc"] = ("bcc-ringbuf-noop" if name.endswith("-noop") else "bcc-ringbuf", mode, size)
         if mode == "drain":

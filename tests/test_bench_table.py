@@ -69,3 +69,31 @@ def test_the_ordered_ceiling_is_a_drain_row_over_c_perfbuf() -> None:
         runs = plan(quick, None)
         assert ("c-perfmerge", "drain", 32) in runs
         assert {mode for name, mode, _ in runs if name == "c-perfmerge"} == {"drain"}
+
+
+def test_the_empty_callback_floor_is_a_drain_row_over_bcc_noop() -> None:
+    """py-noop-floor (the interpreter's loop alone) is compared with bcc's empty callback, drains only."""
+    from benchmarks.__main__ import baselines, plan
+
+    assert baselines("py-noop-floor", "drain", 32) == {"bcc": ("bcc-ringbuf-noop", "drain", 32)}
+    for quick in (True, False):
+        runs = plan(quick, None)
+        assert ("py-noop-floor", "drain", 32) in runs
+        assert {mode for name, mode, _ in runs if name == "py-noop-floor"} == {"drain"}
+
+
+def test_the_floor_hands_over_every_record_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks.pyfloor: whole chunks of records, each handed over (a short pass fails the run)."""
+    from benchmarks import pyfloor
+
+    assert pyfloor.main(["32", "3000", "min_time_ms=1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["received"] == out["produced"] == 2 * pyfloor.CHUNK and out["rounds"] >= 3
+    assert out["wall_s"] > 0
+    seen: list[bytes] = []
+    view = memoryview(bytes(range(40)) * pyfloor.CHUNK)
+    slices = [slice(i * 40, i * 40 + 33) for i in range(pyfloor.CHUNK)]
+    assert pyfloor.one_pass(view, slices, 40 * pyfloor.CHUNK, 1, lambda d: seen.append(bytes(d))) == pyfloor.CHUNK
+    assert len(seen) == pyfloor.CHUNK and all(rec == bytes(range(33)) for rec in seen)
+    assert pyfloor.one_pass(view, slices, 40 * pyfloor.CHUNK, 1, lambda d: 0) == 0   # not None: stops
+    assert pyfloor.main(["0", "10"]) == 2
