@@ -36,20 +36,21 @@ SIZES = (32, 128, 1024)
 # drains it, with no Python: the ordered rows' ceiling, next to c-perfbuf (which keeps no order).
 C_CONSUMERS = {"c-ringbuf": "ringbuf", "c-perfbuf": "perfbuf", "c-memcpy": "memcpy", "c-perfmerge": "perfmerge"}
 C_MODES = {"c-memcpy": ("drain",), "c-perfmerge": ("drain",)}   # ceilings for the drain targets only
-# py-noop-floor (benchmarks/pyfloor.py): the interpreter's least work per record under the callback
-# contract (a memoryview, an empty call), no ring: the empty-callback target's ceiling, over bcc's.
-FLOORS = {"py-noop-floor": "pyfloor"}
+# benchmarks/pyfloor.py: the interpreter's least work per record under the callback contract (a
+# memoryview, the call), no ring. py-noop-floor (an empty callback, over bcc-ringbuf-noop) and
+# py-check-floor (the suite's checking callback, over bcc-ringbuf): the callback targets' ceilings.
+FLOORS = {"py-noop-floor": "empty", "py-check-floor": "check"}
 ORDER = ["c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "bcc-ringbuf-event",
-         "pylibbpf-ringbuf-callback", "pylibbpf-ringbuf-noop", "py-noop-floor", "pylibbpf-ringbuf-batch",
-         "pylibbpf-ringbuf-numpy", "pylibbpf-ringbuf-into", "pylibbpf-ringbuf-arrow", "pylibbpf-ringbuf-readarrow",
-         "pylibbpf-backpressure",
+         "pylibbpf-ringbuf-callback", "pylibbpf-ringbuf-noop", "py-noop-floor", "py-check-floor",
+         "pylibbpf-ringbuf-batch", "pylibbpf-ringbuf-numpy", "pylibbpf-ringbuf-into", "pylibbpf-ringbuf-arrow",
+         "pylibbpf-ringbuf-readarrow", "pylibbpf-backpressure",
          "c-perfbuf", "c-perfmerge", "pylibbpf-perfbuf-callback", "pylibbpf-perfbuf-batch", "pylibbpf-ordered-batch",
          "pylibbpf-ordered-numpy", "pylibbpf-ordered-into"]
 # The rows the targets read: --quick runs only these.
 QUICK = {"c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "pylibbpf-ringbuf-callback",
-         "pylibbpf-ringbuf-noop", "py-noop-floor", "pylibbpf-ringbuf-batch", "pylibbpf-ringbuf-numpy", "c-perfbuf",
-         "c-perfmerge", "pylibbpf-ordered-numpy", "pylibbpf-ringbuf-into", "pylibbpf-ordered-into",
-         "pylibbpf-ringbuf-arrow", "pylibbpf-ringbuf-readarrow"}
+         "pylibbpf-ringbuf-noop", "py-noop-floor", "py-check-floor", "pylibbpf-ringbuf-batch",
+         "pylibbpf-ringbuf-numpy", "c-perfbuf", "c-perfmerge", "pylibbpf-ordered-numpy", "pylibbpf-ringbuf-into",
+         "pylibbpf-ordered-into", "pylibbpf-ringbuf-arrow", "pylibbpf-ringbuf-readarrow"}
 ORDERED_WINDOW_MS = 5   # OrderedReader's default window: its latency target is window + 1 ms
 LATENCY_RATE = 10_000   # events per second, one per trigger
 PERF_WAKEUP_C = 4096    # the C perf consumer's wakeup_events in throughput runs (pylibbpf's PerfBuffer: 1)
@@ -135,8 +136,8 @@ def measure_once(name: str, mode: str, size: int, quick: bool, env: dict[str, st
         # The fastest of >= 0.3 s of passes (memcpy_bw.c): enough passes for one to miss the host's noise.
         cmd = [str(MEMCPY_C), str(size), str(p["events"]), "min_time_ms=300"]
     elif name in FLOORS:
-        p = params("ringbuf", mode, size, quick, True)   # as many records as the ring-buffer drain
-        cmd = [sys.executable, "-m", "benchmarks.pyfloor", str(size), str(p["events"]), "min_time_ms=300"]
+        # Passes over one 1 MiB batch (RingBuffer's largest drain), the fastest of >= 0.3 s of them.
+        cmd = [sys.executable, "-m", "benchmarks.pyfloor", str(size), "min_time_ms=300", f"callback={FLOORS[name]}"]
     elif name in C_CONSUMERS:
         kind = C_CONSUMERS[name]
         p = params(kind, mode, size, quick, True)
@@ -226,7 +227,7 @@ def kind_of(name: str) -> str:
     if name in C_CONSUMERS:
         return C_CONSUMERS[name]
     if name in FLOORS:
-        return FLOORS[name]
+        return "pyfloor"
     return CONSUMERS[name].kind if name in CONSUMERS else "ringbuf"
 
 
@@ -240,7 +241,7 @@ def baselines(name: str, mode: str, size: int) -> dict[str, tuple[str, str, int]
     if name.endswith("arrow"):   # to_arrow and read_arrow against to_numpy on the same reader
         out["numpy"] = (name.rsplit("-", 1)[0] + "-numpy", mode, size)
     if kind == "pyfloor":
-        out["bcc"] = ("bcc-ringbuf-noop", mode, size)
+        out["bcc"] = ("bcc-ringbuf-noop" if name == "py-noop-floor" else "bcc-ringbuf", mode, size)
     if kind == "ringbuf":
         out["bcc"] = ("bcc-ringbuf-noop" if name.endswith("-noop") else "bcc-ringbuf", mode, size)
         if mode == "drain":

@@ -71,29 +71,57 @@ def test_the_ordered_ceiling_is_a_drain_row_over_c_perfbuf() -> None:
         assert {mode for name, mode, _ in runs if name == "c-perfmerge"} == {"drain"}
 
 
-def test_the_empty_callback_floor_is_a_drain_row_over_bcc_noop() -> None:
-    """py-noop-floor (the interpreter's loop alone) is compared with bcc's empty callback, drains only."""
+def test_the_callback_floors_are_drain_rows_over_bcc() -> None:
+    """The interpreter's loop alone, compared with bcc's empty callback (py-noop-floor) and checking
+    callback (py-check-floor), drains only."""
     from benchmarks.__main__ import baselines, plan
 
     assert baselines("py-noop-floor", "drain", 32) == {"bcc": ("bcc-ringbuf-noop", "drain", 32)}
+    assert baselines("py-check-floor", "drain", 32) == {"bcc": ("bcc-ringbuf", "drain", 32)}
     for quick in (True, False):
         runs = plan(quick, None)
-        assert ("py-noop-floor", "drain", 32) in runs
-        assert {mode for name, mode, _ in runs if name == "py-noop-floor"} == {"drain"}
+        for floor in ("py-noop-floor", "py-check-floor"):
+            assert (floor, "drain", 32) in runs
+            assert {mode for name, mode, _ in runs if name == floor} == {"drain"}
 
 
 def test_the_floor_hands_over_every_record_once(capsys: pytest.CaptureFixture[str]) -> None:
     """benchmarks.pyfloor: whole chunks of records, each handed over (a short pass fails the run)."""
     from benchmarks import pyfloor
 
-    assert pyfloor.main(["32", "3000", "min_time_ms=1"]) == 0
+    assert pyfloor.main(["32", "min_time_ms=1", f"batch_bytes={100 * 1024}"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["received"] == out["produced"] == 2 * pyfloor.CHUNK and out["rounds"] >= 3
+    assert out["received"] == out["produced"] == pyfloor.CHUNK and out["rounds"] >= 3   # whole chunks
     assert out["wall_s"] > 0
+    assert pyfloor.main(["1024", "min_time_ms=1", f"batch_bytes={100 * 1024}"]) == 0   # one chunk of 100
+    assert json.loads(capsys.readouterr().out)["received"] == 100
     seen: list[bytes] = []
     view = memoryview(bytes(range(40)) * pyfloor.CHUNK)
     slices = [slice(i * 40, i * 40 + 33) for i in range(pyfloor.CHUNK)]
     assert pyfloor.one_pass(view, slices, 40 * pyfloor.CHUNK, 1, lambda d: seen.append(bytes(d))) == pyfloor.CHUNK
     assert len(seen) == pyfloor.CHUNK and all(rec == bytes(range(33)) for rec in seen)
-    assert pyfloor.one_pass(view, slices, 40 * pyfloor.CHUNK, 1, lambda d: 0) == 0   # not None: stops
-    assert pyfloor.main(["0", "10"]) == 2
+    assert pyfloor.one_pass(view, slices, 40 * pyfloor.CHUNK, 1, lambda d: 0) == pyfloor.CHUNK   # 0 goes on
+    assert pyfloor.one_pass(view, slices, 40 * pyfloor.CHUNK, 1, lambda d: -1) == 0   # a stop
+    assert pyfloor.main(["0"]) == 2
+
+
+def test_the_check_floor_checks_every_record(capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """callback=check: the suite's checking callback over records numbered 0, 1, 2, ...; a record
+    out of place fails the run."""
+    from benchmarks import pyfloor
+
+    assert pyfloor.main(["32", "min_time_ms=1", "callback=check"]) == 0
+    assert json.loads(capsys.readouterr().out)["received"] == (1 << 20) // 32
+    real = pyfloor.U64
+
+    class Skips:   # numbers the records 0, 1, 2, 4, 5, ...: one gap
+        @staticmethod
+        def pack_into(buf: bytearray, at: int, seq: int) -> None:
+            real.pack_into(buf, at, seq + (seq >= 3))
+
+    monkeypatch.setattr(pyfloor, "U64", Skips)
+    assert pyfloor.main(["32", "min_time_ms=1", "callback=check", "batch_bytes=4096"]) == 1
+    assert "gaps 1" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="callback must be empty or check"):
+        pyfloor.main(["32", "callback=nothing"])
