@@ -78,7 +78,7 @@ static struct plb_block *block_shrink(struct plb_block *blk, uint64_t bytes)
 	return smaller;
 }
 
-void plb_block_put(struct plb_block **spare, struct plb_block *blk)
+void plb_block_put(struct plb_spare *spare, struct plb_block *blk)
 {
 	struct plb_block *old, *expect = blk;
 
@@ -86,25 +86,47 @@ void plb_block_put(struct plb_block **spare, struct plb_block *blk)
 		plb_block_free(blk);
 		return;
 	}
-	old = __atomic_exchange_n(spare, blk, __ATOMIC_ACQ_REL);
+	old = __atomic_exchange_n(&spare->large, blk, __ATOMIC_ACQ_REL);
 	if (!old)
 		return;
 	/* old was larger: put it back unless another thread took or replaced blk meanwhile */
 	if (old->bytes > blk->bytes &&
-	    __atomic_compare_exchange_n(spare, &expect, old, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+	    __atomic_compare_exchange_n(&spare->large, &expect, old, 0, __ATOMIC_ACQ_REL,
+					__ATOMIC_ACQUIRE))
 		old = blk;
-	plb_block_free(old);
+	/* the other one is the small spare; the small one before it goes */
+	plb_block_free(__atomic_exchange_n(&spare->small, old, __ATOMIC_ACQ_REL));
 }
 
-struct plb_block *plb_block_take(struct plb_block **spare, uint64_t lo, uint64_t hi)
+static int fits(const struct plb_block *blk, uint64_t lo, uint64_t hi)
 {
-	struct plb_block *blk = __atomic_exchange_n(spare, NULL, __ATOMIC_ACQ_REL);
+	return blk && blk->bytes >= lo && blk->bytes <= hi;
+}
 
-	if (blk && (blk->bytes < lo || blk->bytes > hi)) {
-		plb_block_put(spare, blk);
-		blk = NULL;
+struct plb_block *plb_block_take(struct plb_spare *spare, uint64_t lo, uint64_t hi)
+{
+	struct plb_block *small = __atomic_exchange_n(&spare->small, NULL, __ATOMIC_ACQ_REL);
+	struct plb_block *large, *blk = NULL;
+
+	if (fits(small, lo, hi))
+		return small;
+	large = __atomic_exchange_n(&spare->large, NULL, __ATOMIC_ACQ_REL);
+	if (fits(large, lo, hi)) {
+		blk = large;
+		large = NULL;
 	}
+	/* the others back, the larger first, so each returns to where it was */
+	if (large)
+		plb_block_put(spare, large);
+	if (small)
+		plb_block_put(spare, small);
 	return blk;
+}
+
+void plb_block_spare_free(struct plb_spare *spare)
+{
+	plb_block_free(__atomic_exchange_n(&spare->large, NULL, __ATOMIC_ACQ_REL));
+	plb_block_free(__atomic_exchange_n(&spare->small, NULL, __ATOMIC_ACQ_REL));
 }
 
 /* --- the drains' output buffers: a block, its data after a head of one cache line --- */
@@ -112,7 +134,7 @@ struct plb_block *plb_block_take(struct plb_block **spare, uint64_t lo, uint64_t
 #define BUF_HEAD ((uint64_t)PLB_BLOCK_ALIGN)
 _Static_assert(sizeof(struct plb_block) <= PLB_BLOCK_ALIGN, "a buffer's head is one cache line");
 
-static struct plb_block *buf_spare;
+static struct plb_spare buf_spare;
 
 static struct plb_block *buf_block(uint8_t *p)
 {

@@ -294,10 +294,10 @@ struct plb_columns_block {
 	struct plb_arrow_array *arrays; /* in the block */
 };
 
-/* Released column blocks: the next allocation takes it when it needs between
+/* Released column blocks: the next allocation takes one when it needs between
  * half its size and its size (a caller may keep a small RecordBatch for long:
  * it must not pin a large block). */
-static struct plb_block *columns_spare;
+static struct plb_spare columns_spare;
 
 static void block_unref(struct plb_columns_block *blk)
 {

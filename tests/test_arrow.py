@@ -310,3 +310,33 @@ def test_ordered_batch_delivered_records_are_left_out() -> None:
     out = batch.to_arrow(ev)
     assert out.to_pydict() == {"seq": [2, 3, 4], "timestamp": [30, 40, 50], "late": [True, False, False],
                                "ring": [0, 1, 0]}
+
+
+def test_a_full_and_a_short_column_block_both_come_back() -> None:
+    """A reader's RecordBatches come in two sizes (full drains, and the short one a round ends
+    with): once released, each size's column block serves the next RecordBatch of that size, so a
+    loop of such rounds reuses two blocks instead of taking fresh memory (plb_block.h: the spare
+    keeps the largest block released lately and the last smaller one). In a new process: the
+    spare is process-wide."""
+    code = textwrap.dedent("""
+        import array
+        from pylibbpf import Batch, defevent
+        ev = defevent("two", ("a", "u64"), ("b", "u64"))
+        def batch(n):
+            b = Batch.empty()
+            b.blob = bytes(16 * n)
+            b.view = memoryview(b.blob)
+            b.starts, b.lens = array.array("I", range(0, 16 * n, 16)), array.array("I", [16] * n)
+            b.tags, b.lost = [0] * n, [0] * n
+            return b
+        full, short = batch(60000), batch(9000)
+        def address(n_batch):
+            out = n_batch.to_arrow(ev)
+            return out.column("a").buffers()[1].address
+        seen = []
+        for _ in range(4):
+            seen.append((address(full), address(short)))   # each RecordBatch released at once
+        print(len({f for f, _ in seen[1:]}), len({s for _, s in seen[1:]}), seen[1][0] != seen[1][1])
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["1", "1", "True"]

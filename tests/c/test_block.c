@@ -3,7 +3,7 @@
  * they are too small or far too large for; shrinking keeps the prefix and
  * gives the rest back (a mapping's tail pages unmapped); a block of about a
  * huge page is a mapping of its own; bad sizes fail with EINVAL. Every block
- * is written whole (ASan checks the bounds) and the spare is emptied at the
+ * is written whole (ASan checks the bounds) and the spares are emptied at the
  * end, so ASan's leak check sees every block freed. */
 #include <errno.h>
 #include <string.h>
@@ -25,34 +25,45 @@ static uint8_t *buf(uint64_t lo, uint64_t size, uint64_t *room)
 
 static void empty_spare(void)
 {
-	plb_block_free(__atomic_exchange_n(&buf_spare, NULL, __ATOMIC_ACQ_REL));
+	plb_block_spare_free(&buf_spare);
+	CHECK(buf_spare.large == NULL && buf_spare.small == NULL);
 }
 
 static void test_spare(void)
 {
 	uint64_t room, room2;
-	uint8_t *a, *b, *big;
+	uint8_t *a, *b, *c, *big;
 
 	a = buf(1000, 4000, &room);
 	CHECK(room == 4000);
 	plb_block_buf_free(a);
-	CHECK(buf_spare == buf_block(a));
+	CHECK(buf_spare.large == buf_block(a) && buf_spare.small == NULL);
 	CHECK(buf(3000, 4000, &room2) == a && room2 == 4000); /* the same memory again */
-	CHECK(buf_spare == NULL);
+	CHECK(buf_spare.large == NULL);
 	plb_block_buf_free(a);
 	CHECK(buf(2000, 2500, &room2) == a && room2 == 4000); /* up to twice the size: reused */
 	plb_block_buf_free(a);
 	b = buf(4001, 5000, &room2);                           /* it holds less than lo: new */
-	CHECK(b != a && room2 == 5000 && buf_spare == buf_block(a));
-	plb_block_buf_free(b);                                 /* the larger one is kept */
-	CHECK(buf_spare == buf_block(b));
-	b = buf(100, 1000, &room2);                            /* far smaller: new memory */
-	CHECK(room2 == 1000 && buf_spare != NULL && buf_spare->bytes == BUF_HEAD + 5000);
-	plb_block_buf_free(b);                                 /* smaller than the spare: freed */
-	CHECK(buf_spare->bytes == BUF_HEAD + 5000);
+	CHECK(b != a && room2 == 5000 && buf_spare.large == buf_block(a));
+	plb_block_buf_free(b);                                 /* the larger one is the large spare */
+	CHECK(buf_spare.large == buf_block(b) && buf_spare.small == buf_block(a));
+	CHECK(buf(3000, 4000, &room2) == a);                   /* the small one first, when it fits */
+	CHECK(buf(4500, 5000, &room2) == b);                   /* then the large one */
+	CHECK(buf_spare.large == NULL && buf_spare.small == NULL);
+	plb_block_buf_free(a);
+	plb_block_buf_free(b);                                 /* larger: a moves to small */
+	CHECK(buf_spare.large == buf_block(b) && buf_spare.small == buf_block(a));
+	c = buf(100, 1000, &room2);                            /* far smaller than both: new memory */
+	CHECK(room2 == 1000 && buf_spare.large == buf_block(b) && buf_spare.small == buf_block(a));
+	plb_block_buf_free(c);                                 /* the small spare now; a freed */
+	CHECK(buf_spare.large == buf_block(b) && buf_spare.small == buf_block(c));
 	big = buf(PLB_BLOCK_SPARE_MAX, PLB_BLOCK_SPARE_MAX, &room2); /* too large to keep */
 	plb_block_buf_free(big);
-	CHECK(buf_spare->bytes == BUF_HEAD + 5000);
+	CHECK(buf_spare.large == buf_block(b) && buf_spare.small == buf_block(c));
+	CHECK(buf(4500, 5000, &room2) == b);                   /* the small one did not fit: put back */
+	CHECK(buf_spare.large == buf_block(c) && buf_spare.small == NULL); /* the largest parked */
+	plb_block_buf_free(b);
+	CHECK(buf_spare.large == buf_block(b) && buf_spare.small == buf_block(c));
 	plb_block_buf_free(NULL);                              /* a no-op */
 	empty_spare();
 }
@@ -98,7 +109,7 @@ static void test_mapped(void)
 	CHECK(mincore((uint8_t *)blk + 3 * page, page, vec) == 0);
 	CHECK(mincore((uint8_t *)blk + 4 * page, page, vec) == -1 && errno == ENOMEM);
 	plb_block_buf_free(p);
-	CHECK(buf_spare == blk);
+	CHECK(buf_spare.large == blk);
 	empty_spare();
 	CHECK(mincore(blk, page, vec) == -1 && errno == ENOMEM); /* unmapped when freed */
 

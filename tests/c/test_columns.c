@@ -350,31 +350,39 @@ static uint8_t *spare_alloc(uint64_t rows, struct plb_arrow_array *out)
 
 static void test_spare(void)
 {
-	struct plb_arrow_array a, b, big;
-	uint8_t *pa, *pb;
+	struct plb_arrow_array a, b, c, big;
+	uint8_t *pa, *pb, *pc;
 
-	plb_block_free(__atomic_exchange_n(&columns_spare, NULL, __ATOMIC_ACQ_REL)); /* from the tests before */
+	plb_block_spare_free(&columns_spare); /* from the tests before */
 	pa = spare_alloc(1000, &a);
 	a.release(&a);
-	CHECK(columns_spare != NULL);
+	CHECK(columns_spare.large != NULL && columns_spare.small == NULL);
 	CHECK(spare_alloc(1000, &a) == pa); /* the same block again */
-	CHECK(columns_spare == NULL);
+	CHECK(columns_spare.large == NULL);
 	a.release(&a);
 	CHECK(spare_alloc(600, &b) == pa);  /* fewer rows: within twice their size, reused */
 	b.release(&b);
 	pb = spare_alloc(100, &b);          /* far smaller: a block of its own */
-	CHECK(pb != pa && columns_spare != NULL);
+	CHECK(pb != pa && columns_spare.large != NULL);
 	CHECK(spare_alloc(1000, &a) == pa);
-	b.release(&b);                      /* the small one parked */
-	a.release(&a);                      /* the larger displaces it */
-	CHECK(spare_alloc(1000, &a) == pa);
+	b.release(&b);                      /* parked */
+	a.release(&a);                      /* the larger: the large spare, b the small one */
+	CHECK(spare_alloc(1000, &a) == pa && spare_alloc(100, &b) == pb); /* both come back */
+	b.release(&b);
+	a.release(&a);
+	pc = spare_alloc(200, &c);          /* neither fits 200 rows: a third block */
+	CHECK(pc != pa && pc != pb);
+	c.release(&c);                      /* the small spare now, b freed */
+	CHECK(spare_alloc(200, &c) == pc && spare_alloc(1000, &a) == pa);
+	c.release(&c);
 	a.release(&a);
 	spare_alloc((PLB_BLOCK_SPARE_MAX >> 3) + 1, &big); /* too large to keep */
-	CHECK(columns_spare != NULL);               /* the parked block stayed */
+	CHECK(columns_spare.large != NULL);               /* the parked block stayed */
 	big.release(&big);
 	CHECK(spare_alloc(1000, &a) == pa);
 	a.release(&a);
-	plb_block_free(__atomic_exchange_n(&columns_spare, NULL, __ATOMIC_ACQ_REL));
+	plb_block_spare_free(&columns_spare);
+	CHECK(columns_spare.large == NULL && columns_spare.small == NULL);
 }
 
 /* A block of a little under a huge page is a mapping of its own, aligned to
@@ -394,20 +402,19 @@ static void test_huge_block(void)
 	CHECK(((struct plb_block *)blk_a)->mapped == PLB_BLOCK_HUGE);
 	CHECK((uintptr_t)blk_a % PLB_BLOCK_HUGE == 0);
 	a.release(&a);
-	CHECK(columns_spare == blk_a);
+	CHECK(columns_spare.large == blk_a);
 	CHECK(spare_alloc(rows, &a) == pa); /* parked, reused */
 	spare_alloc(PLB_BLOCK_HUGE / 8 + 64, &b); /* just over a huge page: malloc's */
 	CHECK(((struct plb_block *)b.private_data)->mapped == 0);
 	b.release(&b);
 	CHECK(mincore(blk_a, 4096, vec) == 0); /* still mapped, still a's */
-	a.release(&a); /* smaller than the spare: unmapped */
-	CHECK(columns_spare && columns_spare->mapped == 0);
-	CHECK(mincore(blk_a, 4096, vec) == -1 && errno == ENOMEM);
-	plb_block_free(__atomic_exchange_n(&columns_spare, NULL, __ATOMIC_ACQ_REL));
-	spare_alloc(1000, &b); /* small: malloc's */
+	a.release(&a); /* smaller than the large spare: the small one */
+	CHECK(columns_spare.large && columns_spare.large->mapped == 0 && columns_spare.small == blk_a);
+	spare_alloc(1000, &b); /* small: malloc's; released, it displaces a's block, which is unmapped */
 	CHECK(((struct plb_block *)b.private_data)->mapped == 0);
 	b.release(&b);
-	plb_block_free(__atomic_exchange_n(&columns_spare, NULL, __ATOMIC_ACQ_REL));
+	CHECK(mincore(blk_a, 4096, vec) == -1 && errno == ENOMEM);
+	plb_block_spare_free(&columns_spare);
 }
 
 int main(void)
