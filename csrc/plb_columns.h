@@ -14,7 +14,7 @@
  * plb_columns_arrow does the same into memory it allocates (one block) and
  * describes the result as an Arrow C data interface struct array (a record
  * batch): a consumer (pyarrow's importer) takes it over and calls its release
- * callback, which frees the block (or keeps it as the spare), once the
+ * callback, which frees the block (or keeps it as a spare), once the
  * columns are no longer used.
  *
  * Records: record i starts at base + starts[i] (starts NULL: base + first +
@@ -23,10 +23,10 @@
  * lie inside base_len; nothing is read outside [base, base + base_len).
  *
  * Threads: functions over the caller's memory, run without the GIL; one caller
- * per column array at a time. The one global state is the spare block: the
- * largest column block released lately (at most one, at most 4 MiB), which
- * the next allocation of about its size (need <= its size <= 2 * need) takes
- * instead of new memory; a block of a little under a whole number of huge
+ * per column array at a time. The one global state is the spare blocks: the
+ * largest column block released lately and the last smaller one (at most
+ * 4 MiB each), which the next allocation of about their size (need <= its
+ * size <= 2 * need) takes instead of new memory; a block of a little under a whole number of huge
  * pages (read_arrow's) is a mapping of its own, advised for transparent huge
  * pages: one page fault at its first touch instead of one a 4 KiB page (both:
  * plb_block_internal.h).

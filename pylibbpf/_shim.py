@@ -42,9 +42,9 @@ def plb_batch_take_buf(batch: CData) -> CData:
 
 
 def plb_block_buf(lo: int, size: int) -> tuple[CData, int]:
-    """Uncleared memory for a drain's output and the bytes it holds: the spare kept from a freed
-    buffer when it holds ``lo`` to ``2 * size`` bytes, else ``size`` new bytes (csrc/plb_block.h).
-    The pointer owns it: garbage collected, it becomes the spare or is freed."""
+    """Uncleared memory for a drain's output and the bytes it holds: a spare kept from a freed
+    buffer when one holds ``lo`` to ``2 * size`` bytes, else ``size`` new bytes (csrc/plb_block.h).
+    The pointer owns it: garbage collected, it becomes a spare or is freed."""
     room = ffi.new("uint64_t *")
     buf = check_ptr(lib.plb_block_buf(lo, size, room), "plb_block_buf")
     return ffi.gc(buf, lib.plb_block_buf_free), int(room[0])

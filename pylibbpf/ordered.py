@@ -277,7 +277,7 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
         whole, so its records, timestamps and ring indexes are never copied again.
 
         Sized for ``_want`` payload bytes; the block a batch freed meanwhile serves when it holds
-        at least three quarters of that (csrc/plb_block.h, the spare): a reader whose batches are
+        at least three quarters of that (csrc/plb_block.h, the spares): a reader whose batches are
         dropped before the next read writes into the same memory every call, its pages present.
         The payload buffer is not cleared: the merge writes every byte a batch reads.
         """

@@ -51,7 +51,7 @@ DEFAULT_BATCH_BYTES = 1 << 20
 #: record over 48 MiB of records (the benchmark's drain, whole processes): 1 MiB 0.71-0.74x
 #: to_numpy's rate (the call's own ~7 us is ~9% of its copies), 2 MiB 0.82-0.89x, 4 MiB
 #: 0.74-0.78x (a block four times a core's 1 MiB L2 cache, and twice the first-touch page faults).
-#: The C side keeps the last block released for the next call (plb_columns.h, the spare),
+#: The C side keeps the blocks released last for the next calls (plb_columns.h, the spares),
 #: so call after call the columns are the same memory, its pages present; measured again
 #: with it, 1 MiB blocks were still slower than 2 MiB (11 against 13 M ev/s). A block of
 #: numbers a little under this size is one transparent huge page where the kernel allows
