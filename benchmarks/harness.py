@@ -10,6 +10,7 @@ raw figures; ``__main__`` turns them into the published rows.
 from __future__ import annotations
 
 import os
+import resource
 import struct
 import time
 from collections.abc import Callable, Iterable
@@ -314,11 +315,14 @@ def run_drain(reader: Reader, check: SeqCheck, events: int, min_time_s: float, m
     """
     produced = rounds = 0
     wall = cpu = 0.0
+    round_s: list[float] = []      # each round's time and minor page faults, kept in the JSON: a slow
+    round_faults: list[int] = []   # repetition shows whether one round or every round was slow
     fail0 = reader.failures()
     while True:
         produced += reader.trigger.fill(events)
         if settle_s:
             time.sleep(settle_s)
+        faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0, c0 = time.perf_counter(), time.process_time()
         if reader.start and rounds == 0:
             reader.start()
@@ -330,13 +334,16 @@ def run_drain(reader: Reader, check: SeqCheck, events: int, min_time_s: float, m
                 last, last_t = got, time.perf_counter()
             elif time.perf_counter() - last_t > 1.0:
                 break   # nothing for 1 s with events outstanding: they are missing
-        wall += time.perf_counter() - t0
+        took = time.perf_counter() - t0
+        wall += took
         cpu += time.process_time() - c0
+        round_s.append(took)
+        round_faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0)
         rounds += 1
         if check.received < produced or wall >= min_time_s or rounds >= max_rounds:
             break
     return {"produced": produced, "wall_s": wall, "cpu_s": cpu, "rounds": rounds,
-            "producer_full": reader.failures() - fail0}
+            "producer_full": reader.failures() - fail0, "round_s": round_s, "round_faults": round_faults}
 
 
 def run_beside(reader: Reader, check: SeqCheck, events: int, *, chunk: int, rate: float = 0.0) -> dict[str, Any]:

@@ -133,3 +133,31 @@ def test_blocks_of_streams_count_what_the_loop_counts(blocks: list[tuple[int, in
         at[stream] = first + length
     by_array, by_loop = both(cut_into(seqs, cuts))
     assert state(by_array) == state(by_loop)
+
+
+def test_a_drain_keeps_each_rounds_time_and_faults() -> None:
+    """run_drain's repetition keeps a time and a fault count per round (to tell a slow first round
+    from a slow process), as many as rounds, and the time adds up to wall_s."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from benchmarks.harness import Reader, run_drain
+
+    check = SeqCheck()
+    pending: list[int] = []
+
+    def fill(n: int) -> int:
+        pending.extend(range(check.expect + len(pending), check.expect + len(pending) + n))
+        return n
+
+    def step(timeout_ms: int) -> int:
+        got = check.walk_array(rows(pending[:100]))
+        del pending[:100]
+        return got
+
+    trigger = cast(Any, SimpleNamespace(fill=fill))   # a Trigger's fill, no kernel
+    reader = Reader(step=step, trigger=trigger, failures=lambda: 0, close=lambda: None)
+    out = run_drain(reader, check, events=1000, min_time_s=10.0, max_rounds=3)
+    assert out["rounds"] == 3 and check.received == out["produced"] == 3000 and check.gaps == 0
+    assert len(out["round_s"]) == len(out["round_faults"]) == 3
+    assert abs(sum(out["round_s"]) - out["wall_s"]) < 1e-9 and all(f >= 0 for f in out["round_faults"])
