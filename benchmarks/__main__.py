@@ -35,11 +35,13 @@ SIZES = (32, 128, 1024)
 # c-perfmerge: the ordered merge's C core (csrc/plb_merge.c) copying into arrays as OrderedReader
 # drains it, with no Python: the ordered rows' ceiling, next to c-perfbuf (which keeps no order).
 C_CONSUMERS = {"c-ringbuf": "ringbuf", "c-perfbuf": "perfbuf", "c-memcpy": "memcpy", "c-perfmerge": "perfmerge"}
-C_MODES = {"c-memcpy": ("drain",), "c-perfmerge": ("drain",)}   # ceilings for the drain targets only
 # benchmarks/pyfloor.py: the interpreter's least work per record under the callback contract (a
 # memoryview, the call), no ring. py-noop-floor (an empty callback, over bcc-ringbuf-noop) and
 # py-check-floor (the suite's checking callback, over bcc-ringbuf): the callback targets' ceilings.
 FLOORS = {"py-noop-floor": "empty", "py-check-floor": "check"}
+DRAIN_ONLY = {"c-memcpy", "c-perfmerge", *FLOORS}   # ceilings for the drain targets: no steady or latency rows
+# The C consumer each kind of row is compared with (x C): the ordered ceiling with the unordered reader.
+C_BASELINE = {"ringbuf": "c-ringbuf", "perfbuf": "c-perfbuf", "perfmerge": "c-perfbuf"}
 ORDER = ["c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "bcc-ringbuf-event",
          "pylibbpf-ringbuf-callback", "pylibbpf-ringbuf-noop", "py-noop-floor", "py-check-floor",
          "pylibbpf-ringbuf-batch", "pylibbpf-ringbuf-numpy", "pylibbpf-ringbuf-into", "pylibbpf-ringbuf-arrow",
@@ -81,11 +83,9 @@ def params(kind: str, mode: str, size: int, quick: bool, is_c: bool) -> dict[str
 
 
 def modes_of(name: str) -> tuple[str, ...]:
-    if name in FLOORS:
-        return ("drain",)
     if name in CONSUMERS:
         return CONSUMERS[name].modes
-    return C_MODES.get(name, ("drain", "steady", "latency"))
+    return ("drain",) if name in DRAIN_ONLY else ("drain", "steady", "latency")
 
 
 def plan(quick: bool, only: set[str] | None) -> list[tuple[str, str, int]]:
@@ -236,16 +236,14 @@ def baselines(name: str, mode: str, size: int) -> dict[str, tuple[str, str, int]
     and the copy ceiling (ring-buffer drains)."""
     kind = kind_of(name)
     out = {}
-    if kind in ("ringbuf", "perfbuf", "perfmerge"):
-        out["c"] = ("c-perfbuf" if kind == "perfmerge" else f"c-{kind}", mode, size)
+    if kind in C_BASELINE:
+        out["c"] = (C_BASELINE[kind], mode, size)
     if name.endswith("arrow"):   # to_arrow and read_arrow against to_numpy on the same reader
         out["numpy"] = (name.rsplit("-", 1)[0] + "-numpy", mode, size)
-    if kind == "pyfloor":
-        out["bcc"] = ("bcc-ringbuf-noop" if name == "py-noop-floor" else "bcc-ringbuf", mode, size)
-    if kind == "ringbuf":
-        out["bcc"] = ("bcc-ringbuf-noop" if name.endswith("-noop") else "bcc-ringbuf", mode, size)
-        if mode == "drain":
-            out["memcpy"] = ("c-memcpy", mode, size)
+    if kind in ("ringbuf", "pyfloor"):   # the callback floors against bcc as the callback rows are
+        out["bcc"] = ("bcc-ringbuf-noop" if "-noop" in name else "bcc-ringbuf", mode, size)
+    if kind == "ringbuf" and mode == "drain":
+        out["memcpy"] = ("c-memcpy", mode, size)
     return out
 
 

@@ -1,4 +1,4 @@
-/* plb_block.c - blocks with a spare, and the drains' output buffers built on
+/* plb_block.c - blocks with two spares, and the drains' output buffers built on
  * them (see plb_block_internal.h and plb_block.h). */
 #include <errno.h>
 #include <stdlib.h>

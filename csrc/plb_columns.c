@@ -284,7 +284,7 @@ int plb_columns_scatter(const uint8_t *base, uint64_t base_len, const uint32_t *
  * caller's), and a count of the arrays not released yet. A consumer may move
  * a child out and release the parent first (the C data interface allows it),
  * so the block is freed when the last array referring to it is released:
- * kept as the spare for the next RecordBatch of about its size
+ * kept as a spare for the next RecordBatch of about its size
  * (plb_block_internal.h), or freed. read_arrow's blocks, a little under a
  * huge page, are mappings of their own (plb_block_new). */
 struct plb_columns_block {

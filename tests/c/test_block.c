@@ -1,4 +1,4 @@
-/* test_block.c - blocks with a spare (csrc/plb_block.c): the drains' output
+/* test_block.c - blocks with two spares (csrc/plb_block.c): the drains' output
  * buffers come back to the next allocation of about their size, never to one
  * they are too small or far too large for; shrinking keeps the prefix and
  * gives the rest back (a mapping's tail pages unmapped); a block of about a
