@@ -29,6 +29,7 @@ from typing import Any
 
 from . import bcc_consumer  # also registers the bcc-ringbuf consumer
 from .consumers_py import CONSUMERS, NOTES, PERF_PAGES
+from .harness import timed_events
 from .producers import BENCH_C, MEMCPY_C, PRODUCER_OBJ, build, online_cpus, pin
 
 SIZES = (32, 128, 1024)
@@ -68,8 +69,10 @@ def params(kind: str, mode: str, size: int, quick: bool, is_c: bool) -> dict[str
             events = min(131_072, len(online_cpus()) * ((24 << 20) // (size + 16)))
         # settle_s: every Python drain round starts 2 windows after its fill, so an
         # OrderedReader's newest records are already past its merge window (harness.run_drain).
+        # warmup_rounds: one untimed round first, for every consumer (bench_c's warmup=): the
+        # rates are of steady rounds, however few a consumer gets (harness.run_drain).
         return {"events": events, "min_time_s": 0.1 if quick else 0.3, "max_rounds": 20 if is_c else 3,
-                "settle_s": 2 * ORDERED_WINDOW_MS / 1000}
+                "settle_s": 2 * ORDERED_WINDOW_MS / 1000, "warmup_rounds": 1}
     if mode == "steady":
         if kind == "ringbuf":
             events = min(1_000_000 if quick else 2_000_000, (96 << 20) // (size + 8))
@@ -143,7 +146,8 @@ def measure_once(name: str, mode: str, size: int, quick: bool, env: dict[str, st
         p = params(kind, mode, size, quick, True)
         cmd = [str(BENCH_C), str(PRODUCER_OBJ), kind, mode, str(size), str(p["events"]),
                f"min_time_ms={int(p.get('min_time_s', 0.3) * 1000)}", f"perf_pages={PERF_PAGES}",
-               f"perf_wakeup={PERF_WAKEUP_C}", f"rate={LATENCY_RATE}", f"chunk={p.get('chunk', 4096)}"]
+               f"perf_wakeup={PERF_WAKEUP_C}", f"rate={LATENCY_RATE}", f"chunk={p.get('chunk', 4096)}",
+               f"warmup={p.get('warmup_rounds', 0)}"]
     else:
         p = params(CONSUMERS[name].kind, mode, size, quick, False)
         spec = {"consumer": name, "mode": mode, "size": size, "params": p}
@@ -173,7 +177,7 @@ def one(spec: dict[str, Any]) -> None:
 def events_per_s(raw: dict[str, Any] | None) -> float | None:
     if not raw or "error" in raw or not raw.get("wall_s"):
         return None
-    return float(raw["received"]) / float(raw["wall_s"])
+    return timed_events(raw) / float(raw["wall_s"])
 
 
 def row(name: str, mode: str, size: int, raws: list[dict[str, Any]]) -> dict[str, Any]:
@@ -191,8 +195,8 @@ def row(name: str, mode: str, size: int, raws: list[dict[str, Any]]) -> dict[str
         vals = [v for v in values if v is not None]
         return statistics.median(vals) if vals else None
 
-    base["events_per_s"] = med([r["received"] / r["wall_s"] if r["wall_s"] else None for r in good])
-    base["cpu_s_per_million"] = med([r["cpu_s"] / r["received"] * 1e6 if r["received"] else None for r in good])
+    base["events_per_s"] = med([events_per_s(r) for r in good])
+    base["cpu_s_per_million"] = med([r["cpu_s"] / timed_events(r) * 1e6 if timed_events(r) else None for r in good])
     base["missing"] = max(max(0, r["produced"] - r["received"]) + r["seq_errors"] for r in good)
     base["p50_us"], base["p99_us"] = med([r.get("p50_us") for r in good]), med([r.get("p99_us") for r in good])
     behind = med([(r["wall_s"] - r["producer_s"]) / r["wall_s"] if r.get("producer_s") else None for r in good])
@@ -397,7 +401,8 @@ def main() -> None:
                 continue
             raw = run_once(name, mode, size, args.quick, bcc_env)
             raws[(name, mode, size)].append(raw)
-            eps = raw["received"] / raw["wall_s"] / 1e6 if raw.get("wall_s") else None
+            eps = events_per_s(raw)
+            eps = eps / 1e6 if eps else None
             print(f"[{rep + 1}/{runs}] {name:28} {mode:7} {size:5} {fmt(eps, '9.3f')} M ev/s  "
                   f"{raw.get('error', '')[:200]}", file=sys.stderr, flush=True)
     rows = []

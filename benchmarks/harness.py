@@ -303,9 +303,24 @@ class Reader:
     start: Callable[[], None] | None = None   # consumers with their own thread start here
 
 
+def timed_events(raw: dict[str, Any]) -> int:
+    """The events a run's rate counts: those of its timed rounds (a drain's warm-up rounds are
+    not timed, see :func:`run_drain`; bench_c reports the same field), else all it received."""
+    return int(raw.get("timed_events", raw["received"]))
+
+
 def run_drain(reader: Reader, check: SeqCheck, events: int, min_time_s: float, max_rounds: int,
-              settle_s: float = 0.0) -> dict[str, Any]:
+              settle_s: float = 0.0, warmup_rounds: int = 1) -> dict[str, Any]:
     """Fill the ring(s) with ``events`` events, then time consuming them; repeat until ``min_time_s`` of consuming.
+
+    ``warmup_rounds``: rounds filled and drained first, untimed (their time and
+    faults are kept as ``warmup_s``/``warmup_faults``). A process's first round
+    pays once for what later rounds reuse: the first touch of the reader's
+    memory (its blocks, a huge page), numpy's and pyarrow's first calls. With
+    three timed rounds, as a Python row gets (a perf ring fills slowly), that
+    one-off weighed a third of the rate (ordered numpy 99 vs 123 M ev/s at 32 B
+    with 20 rounds) while the C consumer spread it over up to 200 rounds: every
+    drain row, C's too (bench_c), now times steady rounds only.
 
     ``settle_s``: a pause between the fill and the timing. An ordered reader may
     hand out a record only once every ring's frontier has passed it, which for
@@ -313,19 +328,24 @@ def run_drain(reader: Reader, check: SeqCheck, events: int, min_time_s: float, m
     pause a drain round would time that wait (a fixed 5 ms) rather than the
     reader, and the rate would be the event count over the window.
     """
-    produced = rounds = 0
+    produced = rounds = timed = 0
     wall = cpu = 0.0
     round_s: list[float] = []      # each round's time and minor page faults, kept in the JSON: a slow
     round_faults: list[int] = []   # repetition shows whether one round or every round was slow
+    warmup_s: list[float] = []
+    warmup_faults: list[int] = []
     fail0 = reader.failures()
+    started = False
     while True:
         produced += reader.trigger.fill(events)
         if settle_s:
             time.sleep(settle_s)
         faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        before = check.received
         t0, c0 = time.perf_counter(), time.process_time()
-        if reader.start and rounds == 0:
+        if reader.start and not started:
             reader.start()
+            started = True
         last, last_t = check.received, time.perf_counter()
         while check.received < produced:
             reader.step(0)
@@ -335,15 +355,23 @@ def run_drain(reader: Reader, check: SeqCheck, events: int, min_time_s: float, m
             elif time.perf_counter() - last_t > 1.0:
                 break   # nothing for 1 s with events outstanding: they are missing
         took = time.perf_counter() - t0
+        took_cpu = time.process_time() - c0
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
+        if len(warmup_s) < warmup_rounds and check.received >= produced:
+            warmup_s.append(took)
+            warmup_faults.append(faults)
+            continue
         wall += took
-        cpu += time.process_time() - c0
+        cpu += took_cpu
+        timed += check.received - before
         round_s.append(took)
-        round_faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0)
+        round_faults.append(faults)
         rounds += 1
         if check.received < produced or wall >= min_time_s or rounds >= max_rounds:
             break
-    return {"produced": produced, "wall_s": wall, "cpu_s": cpu, "rounds": rounds,
-            "producer_full": reader.failures() - fail0, "round_s": round_s, "round_faults": round_faults}
+    return {"produced": produced, "wall_s": wall, "cpu_s": cpu, "rounds": rounds, "timed_events": timed,
+            "producer_full": reader.failures() - fail0, "round_s": round_s, "round_faults": round_faults,
+            "warmup_s": warmup_s, "warmup_faults": warmup_faults}
 
 
 def run_beside(reader: Reader, check: SeqCheck, events: int, *, chunk: int, rate: float = 0.0) -> dict[str, Any]:
@@ -394,7 +422,7 @@ def measure(reader: Reader, check: SeqCheck, mode: str, params: dict[str, Any]) 
     try:
         if mode == "drain":
             out = run_drain(reader, check, params["events"], params["min_time_s"], params["max_rounds"],
-                            params.get("settle_s", 0.0))
+                            params.get("settle_s", 0.0), params.get("warmup_rounds", 1))
         elif mode == "steady":
             out = run_beside(reader, check, params["events"], chunk=params["chunk"])
         else:

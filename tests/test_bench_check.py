@@ -8,6 +8,8 @@ Arrow and ordered rows use) must count exactly what the per-event loop
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -135,15 +137,12 @@ def test_blocks_of_streams_count_what_the_loop_counts(blocks: list[tuple[int, in
     assert state(by_array) == state(by_loop)
 
 
-def test_a_drain_keeps_each_rounds_time_and_faults() -> None:
-    """run_drain's repetition keeps a time and a fault count per round (to tell a slow first round
-    from a slow process), as many as rounds, and the time adds up to wall_s."""
+def drain_reader(check: SeqCheck) -> Any:
+    """A Reader over a list standing in for a ring: ``fill`` appends the next seqs, a step takes 100."""
     from types import SimpleNamespace
-    from typing import Any, cast
 
-    from benchmarks.harness import Reader, run_drain
+    from benchmarks.harness import Reader
 
-    check = SeqCheck()
     pending: list[int] = []
 
     def fill(n: int) -> int:
@@ -155,9 +154,34 @@ def test_a_drain_keeps_each_rounds_time_and_faults() -> None:
         del pending[:100]
         return got
 
-    trigger = cast(Any, SimpleNamespace(fill=fill))   # a Trigger's fill, no kernel
-    reader = Reader(step=step, trigger=trigger, failures=lambda: 0, close=lambda: None)
-    out = run_drain(reader, check, events=1000, min_time_s=10.0, max_rounds=3)
+    trigger = SimpleNamespace(fill=fill)   # a Trigger's fill, no kernel
+    return Reader(step=step, trigger=cast(Any, trigger), failures=lambda: 0, close=lambda: None)
+
+
+def test_a_drain_keeps_each_rounds_time_and_faults() -> None:
+    """run_drain's repetition keeps a time and a fault count per round (to tell a slow first round
+    from a slow process), as many as rounds, and the time adds up to wall_s."""
+    from benchmarks.harness import run_drain
+
+    check = SeqCheck()
+    out = run_drain(drain_reader(check), check, events=1000, min_time_s=10.0, max_rounds=3, warmup_rounds=0)
     assert out["rounds"] == 3 and check.received == out["produced"] == 3000 and check.gaps == 0
+    assert out["timed_events"] == 3000 and out["warmup_s"] == out["warmup_faults"] == []
     assert len(out["round_s"]) == len(out["round_faults"]) == 3
     assert abs(sum(out["round_s"]) - out["wall_s"]) < 1e-9 and all(f >= 0 for f in out["round_faults"])
+
+
+def test_a_drain_times_its_rounds_after_the_warm_up() -> None:
+    """The warm-up rounds are filled and drained like the others but neither timed nor counted in
+    the rate: timed_events is the timed rounds' events, and the rate helper divides those."""
+    from benchmarks.__main__ import events_per_s
+    from benchmarks.harness import run_drain, timed_events
+
+    check = SeqCheck()
+    out = run_drain(drain_reader(check), check, events=1000, min_time_s=10.0, max_rounds=3, warmup_rounds=2)
+    assert check.received == out["produced"] == 5000 and check.gaps == 0
+    assert out["rounds"] == 3 and out["timed_events"] == 3000 and timed_events(out | {"received": 5000}) == 3000
+    assert len(out["warmup_s"]) == len(out["warmup_faults"]) == 2 and len(out["round_s"]) == 3
+    assert events_per_s(out | {"received": 5000}) == 3000 / out["wall_s"]
+    # bench_c's steady and latency runs carry no timed_events: every event received counts
+    assert timed_events({"received": 7}) == 7

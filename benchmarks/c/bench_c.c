@@ -5,7 +5,7 @@
  *
  * usage: bench_c OBJ ringbuf|perfbuf|perfmerge|perfmerge-fn drain|steady|latency SIZE EVENTS
  *                [min_time_ms=300] [perf_pages=4096] [perf_wakeup=4096] [rate=10000] [chunk=4096]
- *                [interleave=0]
+ *                [interleave=0] [warmup=0]
  *
  * perfmerge: the rings perfbuf opens, read through plb_merge (perf_buffer__buffer,
  *          never perf_buffer__consume) ordered by the event's u64 at offset 8,
@@ -20,7 +20,10 @@
  *          ring's: the merge emits long runs from one ring).
  *
  * drain:   fill the ring(s) with EVENTS events, then time the consume; repeat
- *          until min_time_ms of consuming has accumulated.
+ *          until min_time_ms of consuming has accumulated. warmup=N: N rounds
+ *          first, filled and consumed untimed (the suite's drain rows all warm
+ *          up one round: benchmarks/harness.py, run_drain); "timed_events"
+ *          counts the events of the timed rounds, "warmup_s" their time.
  * steady:  a forked child (pinned to the last CPU) produces EVENTS events in
  *          chunks while this process (pinned to CPU 0) polls.
  * latency: the child produces one event per trigger at `rate` per second;
@@ -291,7 +294,8 @@ int main(int argc, char **argv)
 	struct ring_buffer *rb = NULL;
 	struct perf_buffer *pb = NULL;
 	uint64_t events, produced = 0, rounds = 0, fail0, min_time_ns, t_last = 0, interleave;
-	double wall = 0, cpu = 0, producer_s = -1;
+	uint64_t warmup, warmed = 0, timed = 0;
+	double wall = 0, cpu = 0, producer_s = -1, warmup_s = 0;
 	uint64_t producer_end = 0;
 	const char *mode;
 	int latency, drain;
@@ -311,6 +315,7 @@ int main(int argc, char **argv)
 	events = strtoull(argv[5], NULL, 0);
 	min_time_ns = strtoull(arg(argc, argv, "min_time_ms", "300"), NULL, 0) * 1000000ull;
 	interleave = strtoull(arg(argc, argv, "interleave", "0"), NULL, 0);
+	warmup = strtoull(arg(argc, argv, "warmup", "0"), NULL, 0);
 	ncpu = libbpf_num_possible_cpus();
 	if (ncpu > (int)sysconf(_SC_NPROCESSORS_ONLN))
 		ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -363,7 +368,7 @@ int main(int argc, char **argv)
 		uint64_t started = now_ns();   /* slow fills (interleave=1) end the rounds after 20 s */
 
 		do {
-			uint64_t t0, before = st.received;
+			uint64_t t0, before = st.received, first = st.received;
 			double c0;
 
 			/* fill: each CPU's ring gets its share (perf), or the one ring gets all;
@@ -396,8 +401,14 @@ int main(int argc, char **argv)
 					break;
 				before = st.received;
 			}
+			if (warmed < warmup && st.received >= produced) {   /* untimed */
+				warmup_s += (now_ns() - t0) / 1e9;
+				warmed++;
+				continue;
+			}
 			wall += (now_ns() - t0) / 1e9;
 			cpu += cpu_s() - c0;
+			timed += st.received - first;
 			rounds++;
 		} while (wall * 1e9 < min_time_ns && rounds < 200 && now_ns() - started < 20000000000ull);
 	} else {
@@ -480,6 +491,8 @@ int main(int argc, char **argv)
 	       (unsigned long long)(failures() - fail0));
 	if (producer_s >= 0)
 		printf(", \"producer_s\": %.9f", producer_s);
+	if (drain)
+		printf(", \"timed_events\": %llu, \"warmup_s\": %.9f", (unsigned long long)timed, warmup_s);
 	if (st.nlat) {
 		qsort(st.lat, st.nlat, sizeof(*st.lat), pct);
 		printf(", \"p50_us\": %.3f, \"p99_us\": %.3f", st.lat[st.nlat / 2] / 1e3,
