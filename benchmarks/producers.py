@@ -138,8 +138,9 @@ class Trigger:
     def fork(self, total: int, *, chunk: int, rate: float = 0.0) -> tuple[int, int]:
         """Run :meth:`produce` in a child process pinned to the last CPU: (pid, pipe fd).
 
-        When done the child writes its ``time.perf_counter()`` (CLOCK_MONOTONIC, so
-        comparable across processes) to the pipe: when the producer finished.
+        When done the child writes two ``time.perf_counter()`` readings (CLOCK_MONOTONIC,
+        so comparable across processes) to the pipe: when it started producing (after
+        the fork and the pinning) and when it finished.
         """
         rfd, wfd = os.pipe()
         pid = os.fork()
@@ -148,8 +149,9 @@ class Trigger:
             try:
                 os.close(rfd)
                 pin(online_cpus()[-1])
+                start = time.perf_counter()
                 self.produce(total, chunk=chunk, rate=rate)
-                os.write(wfd, repr(time.perf_counter()).encode())
+                os.write(wfd, f"{start!r} {time.perf_counter()!r}".encode())
             except BaseException:
                 traceback.print_exc()
                 code = 1

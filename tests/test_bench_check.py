@@ -185,3 +185,39 @@ def test_a_drain_times_its_rounds_after_the_warm_up() -> None:
     assert events_per_s(out | {"received": 5000}) == 3000 / out["wall_s"]
     # bench_c's steady and latency runs carry no timed_events: every event received counts
     assert timed_events({"received": 7}) == 7
+
+
+def test_a_steady_run_is_timed_from_the_producers_start() -> None:
+    """run_beside times from the start the forked producer reports, not from before the fork:
+    a fork that takes 0.2 s (a large parent) is not the consumer's time."""
+    import os
+    import time
+    from types import SimpleNamespace
+
+    from benchmarks.harness import Reader, run_beside
+
+    check = SeqCheck()
+    started: list[float] = []
+
+    def fork(total: int, *, chunk: int, rate: float = 0.0) -> tuple[int, int]:
+        time.sleep(0.2)                    # the fork and the child's pinning, slow
+        started.append(time.perf_counter())
+        rfd, wfd = os.pipe()
+        os.write(wfd, f"{started[0]!r} {started[0] + 0.001!r}".encode())
+        os.close(wfd)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        return pid, rfd
+
+    def step(timeout_ms: int) -> int:
+        return check.add(1000) if started and not check.received else 0
+
+    trigger = SimpleNamespace(fork=fork)
+    reader = Reader(step=step, trigger=cast(Any, trigger), failures=lambda: 0, close=lambda: None)
+    t_before = time.perf_counter()
+    out = run_beside(reader, check, 1000, chunk=100)
+    assert check.received == 1000
+    assert out["producer_s"] is not None and abs(out["producer_s"] - 0.001) < 1e-6
+    # timed from the reported start: the 0.2 s before it are not in wall_s
+    assert 0 <= out["wall_s"] < time.perf_counter() - t_before - 0.19

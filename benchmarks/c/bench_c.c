@@ -25,10 +25,12 @@
  *          up one round: benchmarks/harness.py, run_drain); "timed_events"
  *          counts the events of the timed rounds, "warmup_s" their time.
  * steady:  a forked child (pinned to the last CPU) produces EVENTS events in
- *          chunks while this process (pinned to CPU 0) polls.
+ *          chunks while this process (pinned to CPU 0) polls; timed from the
+ *          child's start (which it reports) to the last event consumed.
  * latency: the child produces one event per trigger at `rate` per second;
  *          this process records now - event.ts for each (CLOCK_MONOTONIC).
- * Prints one JSON object (producer_s: when the steady/latency producer finished). Every event's sequence number is checked: each
+ * Prints one JSON object (producer_s: when the steady/latency producer finished, from
+ * its start). Every event's sequence number is checked: each
  * stream (seq >> 48) must arrive as consecutive numbers.
  */
 #define _GNU_SOURCE
@@ -296,7 +298,7 @@ int main(int argc, char **argv)
 	uint64_t events, produced = 0, rounds = 0, fail0, min_time_ns, t_last = 0, interleave;
 	uint64_t warmup, warmed = 0, timed = 0;
 	double wall = 0, cpu = 0, producer_s = -1, warmup_s = 0;
-	uint64_t producer_end = 0;
+	uint64_t producer_times[2];   /* the steady or latency producer's start and end */
 	const char *mode;
 	int latency, drain;
 
@@ -425,17 +427,21 @@ int main(int argc, char **argv)
 		}
 		child = fork();
 		if (child == 0) {
-			/* when done, tell the parent when (CLOCK_MONOTONIC): did the consumer keep up? */
-			uint64_t end;
+			/* when done, tell the parent when it started and when it finished
+			 * (CLOCK_MONOTONIC): the run is timed from the first, not from the
+			 * fork (as the Python harness does, whose fork of a large process
+			 * takes ~9 ms); did the consumer keep up, from the second */
+			uint64_t times[2];
 
 			close(done_pipe[0]);
 			pin(ncpu - 1);
+			times[0] = now_ns();
 			if (latency)
 				produce(events, 1, 0, 1000000000ull / rate);
 			else
 				produce(events, chunk, PRODUCE_BATCH_WAKEUP, 0);
-			end = now_ns();
-			if (write(done_pipe[1], &end, sizeof(end)) != sizeof(end))
+			times[1] = now_ns();
+			if (write(done_pipe[1], times, sizeof(times)) != sizeof(times))
 				_exit(1);
 			_exit(0);
 		}
@@ -472,14 +478,14 @@ int main(int argc, char **argv)
 		}
 		if (!t_last)
 			t_last = now_ns();
-		wall = (t_last - t0) / 1e9;
 		cpu = cpu_s() - c0;
 		if (child > 0)
 			waitpid(child, NULL, 0);
-		if (read(done_pipe[0], &producer_end, sizeof(producer_end)) != sizeof(producer_end))
-			producer_end = 0;
-		else
-			producer_s = (producer_end - t0) / 1e9;
+		if (read(done_pipe[0], producer_times, sizeof(producer_times)) == sizeof(producer_times)) {
+			t0 = producer_times[0];   /* the producer's start */
+			producer_s = (producer_times[1] - t0) / 1e9;
+		}
+		wall = t_last > t0 ? (t_last - t0) / 1e9 : 0;
 		close(done_pipe[0]);
 		rounds = 1;
 	}
