@@ -15,6 +15,8 @@ import json
 import sys
 from typing import Any
 
+from .table import ratio_text
+
 
 def load_targets(path: str) -> dict[str, dict[str, Any]]:
     """The ``targets`` list of a ``--json`` file, by target text."""
@@ -27,7 +29,7 @@ def cell(t: dict[str, Any] | None) -> str:
     if not t or t.get("ratio") is None:
         return "—"
     verdict = "met" if t["met"] else "missed"
-    return f"{t['ratio']:.3g} ({t['min']:.3g}–{t['max']:.3g}) {verdict}"
+    return f"{ratio_text(t)} ({t['min']:.3g}–{t['max']:.3g}) {verdict}"
 
 
 def compare(first: dict[str, dict[str, Any]], second: dict[str, dict[str, Any]],

@@ -71,10 +71,19 @@ def targets_table(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
             if not t or t.get("ratio") is None:
                 cells.append("—")
                 continue
-            text = f"{t['ratio']:.3g}" + (f" ({t['min']:.3g}–{t['max']:.3g})" if i == len(by_run) - 1 else "")
+            text = ratio_text(t) + (f" ({t['min']:.3g}–{t['max']:.3g})" if i == len(by_run) - 1 else "")
             cells.append(f"{text} {'met' if t['met'] else '**missed**'}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
+
+
+def ratio_text(target: dict[str, Any]) -> str:
+    """A target's measured median, to 3 significant digits, or 4 when 3 would read as the
+    bound itself (2.496 against >= 2.5 is "2.496", not a missed "2.5")."""
+    text = f"{target['ratio']:.3g}"
+    if float(text) == target.get("want") and target["ratio"] != target["want"]:
+        text = f"{target['ratio']:.4g}"
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -125,3 +125,12 @@ def test_the_check_floor_checks_every_record(capsys: pytest.CaptureFixture[str],
     assert "gaps 1" in capsys.readouterr().err
     with pytest.raises(ValueError, match="callback must be empty or check"):
         pyfloor.main(["32", "callback=nothing"])
+
+
+def test_a_median_that_rounds_to_the_bound_keeps_a_fourth_digit() -> None:
+    """2.496 against >= 2.5 would read "2.5 missed": it is written 2.496."""
+    from benchmarks.table import ratio_text
+
+    assert ratio_text({"ratio": 2.4962, "want": 2.5}) == "2.496"
+    assert ratio_text({"ratio": 2.5, "want": 2.5}) == "2.5"
+    assert ratio_text({"ratio": 2.4362, "want": 2.5}) == "2.44"
