@@ -55,15 +55,13 @@ def empty(data: memoryview) -> None:
     return None
 
 
-def callbacks(kind: str) -> Callable[[], tuple[Callable[[memoryview], Any], SeqCheck | None]]:
-    """A maker of one pass's callback (and its check, if it has one) for ``callback=KIND``."""
+def pass_callback(kind: str) -> tuple[Callable[[memoryview], Any], SeqCheck | None]:
+    """One pass's callback for ``callback=KIND``, and its check (a fresh one) if it has one."""
     if kind == "empty":
-        return lambda: (empty, None)
+        return empty, None
     if kind == "check":
-        def checking() -> tuple[Callable[[memoryview], Any], SeqCheck]:
-            check = SeqCheck()
-            return check.on_ring(), check
-        return checking
+        check = SeqCheck()
+        return check.on_ring(), check
     raise ValueError(f"callback must be empty or check, got {kind!r}")
 
 
@@ -79,7 +77,8 @@ def main(argv: list[str]) -> int:
         print(f"pyfloor: SIZE must be >= 8 (a u64 sequence number) and batch_bytes >= SIZE, "
               f"got {size} and {batch_bytes}", file=sys.stderr)
         return 2
-    make = callbacks(opts.get("callback", "empty"))
+    kind = opts.get("callback", "empty")
+    pass_callback(kind)   # a bad kind fails before the batch is built
     stride = (size + 7) & ~7
     per_chunk = min(CHUNK, batch_bytes // stride)
     chunks = batch_bytes // stride // per_chunk
@@ -94,7 +93,7 @@ def main(argv: list[str]) -> int:
     best = best_cpu = float("inf")
     passes = 0
     while (wall < min_time or passes < 3) and passes < 100_000:
-        callback, check = make()
+        callback, check = pass_callback(kind)
         t0, c0 = time.perf_counter(), time.process_time()
         got = one_pass(view, slices, per_chunk * stride, chunks, callback)
         took, took_cpu = time.perf_counter() - t0, time.process_time() - c0
