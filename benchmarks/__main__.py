@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import operator
 import os
 import platform
 import statistics
@@ -40,20 +41,24 @@ C_CONSUMERS = {"c-ringbuf": "ringbuf", "c-perfbuf": "perfbuf", "c-memcpy": "memc
 # memoryview, the call), no ring. py-noop-floor (an empty callback, over bcc-ringbuf-noop) and
 # py-check-floor (the suite's checking callback, over bcc-ringbuf): the callback targets' ceilings.
 FLOORS = {"py-noop-floor": "empty", "py-check-floor": "check"}
-DRAIN_ONLY = {"c-memcpy", "c-perfmerge", *FLOORS}   # ceilings for the drain targets: no steady or latency rows
+# benchmarks/arrowfloor.py: to_arrow's pass over a drain's batch in hand, no ring. Its x numpy is the
+# to_arrow target's ceiling, over the numpy drain it names (add_ratios).
+SECOND_PASS = {"py-arrow-floor": "pylibbpf-ringbuf-numpy"}
+# Ceilings for the drain targets: no steady or latency rows.
+DRAIN_ONLY = {"c-memcpy", "c-perfmerge", *FLOORS, *SECOND_PASS}
 # The C consumer each kind of row is compared with (x C): the ordered ceiling with the unordered reader.
 C_BASELINE = {"ringbuf": "c-ringbuf", "perfbuf": "c-perfbuf", "perfmerge": "c-perfbuf"}
 ORDER = ["c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "bcc-ringbuf-event",
          "pylibbpf-ringbuf-callback", "pylibbpf-ringbuf-noop", "py-noop-floor", "py-check-floor",
          "pylibbpf-ringbuf-batch", "pylibbpf-ringbuf-numpy", "pylibbpf-ringbuf-into", "pylibbpf-ringbuf-arrow",
-         "pylibbpf-ringbuf-readarrow", "pylibbpf-backpressure",
+         "pylibbpf-ringbuf-readarrow", "py-arrow-floor", "pylibbpf-backpressure",
          "c-perfbuf", "c-perfmerge", "pylibbpf-perfbuf-callback", "pylibbpf-perfbuf-batch", "pylibbpf-ordered-batch",
          "pylibbpf-ordered-numpy", "pylibbpf-ordered-into"]
 # The rows the targets read: --quick runs only these.
 QUICK = {"c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "pylibbpf-ringbuf-callback",
          "pylibbpf-ringbuf-noop", "py-noop-floor", "py-check-floor", "pylibbpf-ringbuf-batch",
          "pylibbpf-ringbuf-numpy", "c-perfbuf", "c-perfmerge", "pylibbpf-ordered-numpy", "pylibbpf-ringbuf-into",
-         "pylibbpf-ordered-into", "pylibbpf-ringbuf-arrow", "pylibbpf-ringbuf-readarrow"}
+         "pylibbpf-ordered-into", "pylibbpf-ringbuf-arrow", "pylibbpf-ringbuf-readarrow", "py-arrow-floor"}
 ORDERED_WINDOW_MS = 5   # OrderedReader's default window: its latency target is window + 1 ms
 LATENCY_RATE = 10_000   # events per second, one per trigger
 PERF_WAKEUP_C = 4096    # the C perf consumer's wakeup_events in throughput runs (pylibbpf's PerfBuffer: 1)
@@ -141,6 +146,9 @@ def measure_once(name: str, mode: str, size: int, quick: bool, env: dict[str, st
     elif name in FLOORS:
         # Passes over one 1 MiB batch (RingBuffer's largest drain), the fastest of >= 0.3 s of them.
         cmd = [sys.executable, "-m", "benchmarks.pyfloor", str(size), "min_time_ms=300", f"callback={FLOORS[name]}"]
+    elif name in SECOND_PASS:
+        # Passes over one drain's batch, the fastest of >= 0.3 s of them.
+        cmd = [sys.executable, "-m", "benchmarks.arrowfloor", str(size), "min_time_ms=300"]
     elif name in C_CONSUMERS:
         kind = C_CONSUMERS[name]
         p = params(kind, mode, size, quick, True)
@@ -232,6 +240,8 @@ def kind_of(name: str) -> str:
         return C_CONSUMERS[name]
     if name in FLOORS:
         return "pyfloor"
+    if name in SECOND_PASS:
+        return "arrowfloor"
     return CONSUMERS[name].kind if name in CONSUMERS else "ringbuf"
 
 
@@ -244,6 +254,8 @@ def baselines(name: str, mode: str, size: int) -> dict[str, tuple[str, str, int]
         out["c"] = (C_BASELINE[kind], mode, size)
     if name.endswith("arrow"):   # to_arrow and read_arrow against to_numpy on the same reader
         out["numpy"] = (name.rsplit("-", 1)[0] + "-numpy", mode, size)
+    if name in SECOND_PASS:
+        out["numpy"] = (SECOND_PASS[name], mode, size)
     if kind in ("ringbuf", "pyfloor"):   # the callback floors against bcc as the callback rows are
         out["bcc"] = ("bcc-ringbuf-noop" if "-noop" in name else "bcc-ringbuf", mode, size)
     if kind == "ringbuf" and mode == "drain":
@@ -251,10 +263,25 @@ def baselines(name: str, mode: str, size: int) -> dict[str, tuple[str, str, int]
     return out
 
 
+def second_pass_ceiling(pass_rate: float, drain_rate: float) -> float:
+    """The most ``read_batch().to_arrow()`` can read against the numpy drain whose rate is
+    ``drain_rate``, when to_arrow's pass runs at ``pass_rate`` records/s.
+
+    Both rows take the same ``read_batch`` and check their columns alike; the
+    numpy row's ``to_numpy`` is a view (~0.1 ns a record), the arrow row's
+    ``to_arrow`` a pass over the batch that takes at least ``1 / pass_rate``
+    a record. So the arrow row reads at most ``1 / (1 / drain_rate + 1 /
+    pass_rate)``, which over ``drain_rate`` is ``pass_rate / (pass_rate +
+    drain_rate)``.
+    """
+    return pass_rate / (pass_rate + drain_rate)
+
+
 def add_ratios(rows: list[dict[str, Any]]) -> None:
     """Per-repetition ratios against each baseline, reported as median [min, max].
 
-    ``ratio_to_X`` is events/s over X's events/s in the same repetition;
+    ``ratio_to_X`` is events/s over X's events/s in the same repetition
+    (for a :data:`SECOND_PASS` row, the ceiling :func:`second_pass_ceiling`);
     latency rows also get ``p50_ratio_to_c`` and ``p99_ratio_to_c``.
     """
     by_key = {(r["consumer"], r["mode"], r["event_size"]): r for r in rows}
@@ -265,7 +292,8 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
             if base is None or base_key == key:
                 continue
             pairs = list(zip(r["repetitions"], base["repetitions"]))
-            eps = [a / b for a, b in ((events_per_s(x), events_per_s(y)) for x, y in pairs) if a and b]
+            of = second_pass_ceiling if r["consumer"] in SECOND_PASS else operator.truediv
+            eps = [of(a, b) for a, b in ((events_per_s(x), events_per_s(y)) for x, y in pairs) if a and b]
             stats = spread(eps)
             r[f"ratio_to_{label}"] = stats and stats["median"]
             r[f"ratio_to_{label}_spread"] = stats

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -134,3 +136,53 @@ def test_a_median_that_rounds_to_the_bound_keeps_a_fourth_digit() -> None:
     assert ratio_text({"ratio": 2.4962, "want": 2.5}) == "2.496"
     assert ratio_text({"ratio": 2.5, "want": 2.5}) == "2.5"
     assert ratio_text({"ratio": 2.4362, "want": 2.5}) == "2.44"
+
+
+def test_the_arrow_floor_is_a_drain_row_whose_ratio_is_the_to_arrow_ceiling() -> None:
+    """py-arrow-floor (to_arrow's pass alone) runs where the to_arrow target is measured; its x numpy
+    is P / (P + R) in each repetition, while the arrow rows keep a plain ratio."""
+    from benchmarks.__main__ import add_ratios, baselines, plan
+
+    assert baselines("py-arrow-floor", "drain", 1024) == {"numpy": ("pylibbpf-ringbuf-numpy", "drain", 1024)}
+    for quick in (True, False):
+        runs = plan(quick, None)
+        assert ("py-arrow-floor", "drain", 32) in runs and ("py-arrow-floor", "drain", 1024) in runs
+        assert {mode for name, mode, _ in runs if name == "py-arrow-floor"} == {"drain"}
+
+    def row(name: str, rates: list[float]) -> dict[str, object]:
+        return {"consumer": name, "mode": "drain", "event_size": 32,
+                "repetitions": [{"produced": r, "received": r, "wall_s": 1.0} for r in rates]}
+
+    rows = [row("pylibbpf-ringbuf-numpy", [100.0, 200.0]), row("py-arrow-floor", [400.0, 200.0]),
+            row("pylibbpf-ringbuf-arrow", [80.0, 100.0])]
+    add_ratios(rows)
+    floor, arrow = rows[1], rows[2]
+    assert floor["ratio_to_numpy_spread"]["per_repetition"] == [0.8, 0.5]   # 400/(400+100), 200/(200+200)
+    assert arrow["ratio_to_numpy_spread"]["per_repetition"] == [0.8, 0.5]   # 80/100, 100/200
+    assert "ratio_to_bcc" not in floor and "ratio_to_memcpy" not in floor
+
+
+def test_the_arrow_floor_converts_one_drains_batch(bpf_privileged: None) -> None:
+    """benchmarks.arrowfloor: one drain's batch of the producer's events (cut by the drain's 1 MiB,
+    not by the ring), its RecordBatch checked, then timed; a wrong RecordBatch is named."""
+    import pyarrow as pa
+
+    from benchmarks import arrowfloor
+    from benchmarks.producers import build
+    from pylibbpf.ringbuf import DEFAULT_BATCH_BYTES
+
+    build()   # the producer object, when its source is newer
+    root = Path(__file__).resolve().parent.parent
+    for size in (32, 1024):   # in its own process: it pins itself to a CPU
+        done = subprocess.run([sys.executable, "-m", "benchmarks.arrowfloor", str(size), "min_time_ms=1"],
+                              cwd=root, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+        assert out["received"] == out["produced"] == DEFAULT_BATCH_BYTES // size
+        assert out["rounds"] >= 3 and out["wall_s"] > 0
+    good = pa.RecordBatch.from_pydict({"seq": pa.array([0, 1, 2], pa.uint64())})
+    assert arrowfloor.check_rows(good, 3) is None
+    assert arrowfloor.check_rows(good, 4) == "3 rows for 4 records"
+    skipped = pa.RecordBatch.from_pydict({"seq": pa.array([0, 2, 3], pa.uint64())})
+    assert arrowfloor.check_rows(skipped, 3) == "the seq column is not 0, 1, 2, ..."
+    assert arrowfloor.main(["8"]) == 2
