@@ -1,13 +1,16 @@
 """The README's tables from benchmark runs: ``python -m benchmarks.table RUN.json [MORE.json ...]``.
 
-Prints two markdown tables. The first has one line per consumer of the last
+Prints two or three markdown tables. The first has one line per consumer of the last
 run given, in the suite's order: its drain rate at 32 B and at 1024 B with
 their ratios (× its C consumer, × ``c-memcpy``), its steady rate (``≥`` when
 producer-bound), its CPU per million events, its latency p50/p99 with their
 ratios to C, and the most CPU time the host took during any of its
 repetitions (steal). The second has one line per target and one column per
 run, in the order given: each run's median, with the smallest and largest
-repetition for the last run.
+repetition for the last run. A third, for the last run, sets each target that
+has a ceiling row (the same work with no Python, or the interpreter's part of
+it alone, measured in the same repetitions) beside that row, and how much of
+the ceiling the target's row reaches.
 """
 
 from __future__ import annotations
@@ -77,6 +80,23 @@ def targets_table(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
     return lines
 
 
+def ceilings_table(run: dict[str, Any]) -> list[str]:
+    """One line per target of ``run`` that has a ceiling: the target, the ceiling row on the
+    target's scale, and the target over the ceiling (per repetition: median, min, max)."""
+    lines = ["| target | pylibbpf: median (min–max) | the ceiling, same run | pylibbpf / ceiling |",
+             "|---|---:|---:|---:|"]
+    for t in run["targets"]:
+        top = t.get("ceiling")
+        if not top or t.get("ratio") is None:
+            continue
+        got = f"{ratio_text(t)} ({t['min']:.3g}–{t['max']:.3g}) {'met' if t['met'] else '**missed**'}"
+        of = t.get("of_ceiling")
+        share = f"{of['median']:.2f} ({of['min']:.2f}–{of['max']:.2f})" if of else "—"
+        lines.append(f"| {t['target']} | {got} | `{top['row']}` {top['median']:.3g} "
+                     f"({top['min']:.3g}–{top['max']:.3g}) | {share} |")
+    return lines
+
+
 def ratio_text(target: dict[str, Any]) -> str:
     """A target's measured median, to 3 significant digits, or 4 when 3 would read as the
     bound itself (2.496 against >= 2.5 is "2.496", not a missed "2.5")."""
@@ -101,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(rows_table(runs[-1][1])))
     print()
     print("\n".join(targets_table(runs)))
+    ceilings = ceilings_table(runs[-1][1])
+    if len(ceilings) > 2:
+        print()
+        print("\n".join(ceilings))
     return 0
 
 

@@ -186,3 +186,38 @@ def test_the_arrow_floor_converts_one_drains_batch(bpf_privileged: None) -> None
     skipped = pa.RecordBatch.from_pydict({"seq": pa.array([0, 2, 3], pa.uint64())})
     assert arrowfloor.check_rows(skipped, 3) == "the seq column is not 0, 1, 2, ..."
     assert arrowfloor.main(["8"]) == 2
+
+
+def test_a_target_with_a_ceiling_row_is_set_beside_it_repetition_by_repetition() -> None:
+    """targets(): the ordered target carries c-perfmerge's x C as its ceiling and its own x C over
+    that, paired by repetition; a ceiling row that failed a repetition leaves no pairing; the
+    table prints one line per target with a ceiling."""
+    from benchmarks.__main__ import add_ratios, targets
+    from benchmarks.table import ceilings_table
+
+    def row(name: str, rates: list[float | None]) -> dict[str, object]:
+        return {"consumer": name, "mode": "drain", "event_size": 32,
+                "repetitions": [{"error": "failed"} if r is None else {"produced": r, "received": r, "wall_s": 1.0}
+                                for r in rates]}
+
+    rows = [row("c-perfbuf", [400.0, 500.0]), row("c-perfmerge", [200.0, 200.0]),
+            row("pylibbpf-ordered-numpy", [100.0, 150.0])]
+    add_ratios(rows)
+    by_name = {t["target"]: t for t in targets(rows)}
+    ordered = by_name["pylibbpf-ordered-numpy drain >= 0.35x c-perfbuf, 32 B"]
+    assert ordered["ceiling"] == {"row": "c-perfmerge", "median": 0.45, "min": 0.4, "max": 0.5}
+    assert ordered["of_ceiling"]["per_repetition"] == pytest.approx([0.5, 0.75])   # 0.25 / 0.5, 0.3 / 0.4
+    assert by_name["pylibbpf-ringbuf-callback >= 2.5x bcc-ringbuf, 32 B, steady"].get("ceiling") is None
+    noop = by_name["pylibbpf-ringbuf-noop >= 3x bcc-ringbuf-noop (empty callback), 32 B, drain"]
+    assert noop["ceiling"] is None and noop["ratio"] is None   # neither row measured
+    lines = ceilings_table({"targets": list(by_name.values())})
+    assert lines[2:] == ["| pylibbpf-ordered-numpy drain >= 0.35x c-perfbuf, 32 B | 0.275 (0.25–0.3) **missed** "
+                         "| `c-perfmerge` 0.45 (0.4–0.5) | 0.62 (0.50–0.75) |"]
+
+    rows[1] = row("c-perfmerge", [200.0, None])   # the ceiling failed its second repetition
+    for r in rows:
+        for key in [k for k in r if k.startswith("ratio_to")]:
+            del r[key]
+    add_ratios(rows)
+    ordered = {t["target"]: t for t in targets(rows)}["pylibbpf-ordered-numpy drain >= 0.35x c-perfbuf, 32 B"]
+    assert ordered["ceiling"]["median"] == 0.5 and ordered["of_ceiling"] is None
