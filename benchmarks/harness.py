@@ -317,7 +317,7 @@ def run_drain(reader: Reader, check: SeqCheck, events: int, min_time_s: float, m
     faults are kept as ``warmup_s``/``warmup_faults``). A process's first round
     pays once for what later rounds reuse: the first touch of the reader's
     memory (its blocks, a huge page), numpy's and pyarrow's first calls. With
-    three timed rounds, as a Python row gets (a perf ring fills slowly), that
+    three timed rounds, as a Python perf row gets (a perf ring fills slowly), that
     one-off weighed a third of the rate (ordered numpy 99 vs 123 M ev/s at 32 B
     with 20 rounds) while the C consumer spread it over up to 200 rounds: every
     drain row, C's too (bench_c), now times steady rounds only.

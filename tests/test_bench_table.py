@@ -221,3 +221,15 @@ def test_a_target_with_a_ceiling_row_is_set_beside_it_repetition_by_repetition()
     add_ratios(rows)
     ordered = {t["target"]: t for t in targets(rows)}["pylibbpf-ordered-numpy drain >= 0.35x c-perfbuf, 32 B"]
     assert ordered["ceiling"]["median"] == 0.5 and ordered["of_ceiling"] is None
+
+
+def test_a_ring_buffer_drain_gets_as_many_rounds_as_c_a_perf_drain_three() -> None:
+    """A ring buffer fills in milliseconds: its Python rows may time 20 rounds as C's do; a perf
+    ring fills at ~0.15 M ev/s, so a Python perf row stops at 3."""
+    from benchmarks.__main__ import params
+
+    for quick in (True, False):
+        assert params("ringbuf", "drain", 1024, quick, False)["max_rounds"] == 20
+        assert params("ringbuf", "drain", 32, quick, True)["max_rounds"] == 20
+        assert params("perfbuf", "drain", 32, quick, False)["max_rounds"] == 3
+        assert params("perfbuf", "drain", 32, quick, True)["max_rounds"] == 20
