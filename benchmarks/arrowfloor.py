@@ -23,13 +23,12 @@ root (it loads the producer), as the rest of the suite does.
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 from typing import Any
 
 from .consumers_py import RING_MAP, closing, event_def, libbpf_producer
 from .producers import online_cpus, pin
+from .pyfloor import fastest_pass, floor_args, report
 
 
 def first_batch(size: int) -> Any:
@@ -65,12 +64,10 @@ def check_rows(rows: Any, records: int) -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    if not argv:
-        print(__doc__.split("\n")[1], file=sys.stderr)
+    args = floor_args(argv, __doc__)
+    if args is None:
         return 2
-    size = int(argv[0])
-    opts = dict(arg.split("=", 1) for arg in argv[1:])
-    min_time = int(opts.get("min_time_ms", "300")) / 1000
+    size, _, min_time = args
     if size < 16:
         print(f"arrowfloor: SIZE must be >= 16 (the event's u64 seq and ts), got {size}", file=sys.stderr)
         return 2
@@ -82,22 +79,9 @@ def main(argv: list[str]) -> int:
     if wrong:
         print(f"arrowfloor: {wrong}", file=sys.stderr)
         return 1
-    wall = 0.0
-    best = best_cpu = float("inf")
-    passes = 0
-    while (wall < min_time or passes < 3) and passes < 100_000:
-        t0, c0 = time.perf_counter(), time.process_time()
-        rows = batch.to_arrow(ev)
-        took, took_cpu = time.perf_counter() - t0, time.process_time() - c0
-        del rows   # freed before the next pass, as a drain that drops each RecordBatch frees it
-        wall += took
-        if took < best:
-            best, best_cpu = took, took_cpu
-        passes += 1
-    print(json.dumps({"produced": records, "received": records, "wall_s": best, "cpu_s": best_cpu,
-                      "rounds": passes, "gaps": 0, "seq_errors": 0, "p50_us": None, "p99_us": None,
-                      "producer_full": 0}))
-    return 0
+    # The first RecordBatch was checked above; the timed passes convert the same batch again.
+    return report("arrowfloor", records,
+                  fastest_pass(lambda: None, lambda _: batch.to_arrow(ev), lambda _, rows: None, min_time))
 
 
 if __name__ == "__main__":

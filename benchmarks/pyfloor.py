@@ -29,11 +29,13 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from .harness import U64, SeqCheck
 
 CHUNK = 2048
+S = TypeVar("S")
+R = TypeVar("R")
 
 
 def one_pass(view: memoryview, slices: list[slice], chunk_bytes: int, chunks: int,
@@ -65,13 +67,61 @@ def pass_callback(kind: str) -> tuple[Callable[[memoryview], Any], SeqCheck | No
     raise ValueError(f"callback must be empty or check, got {kind!r}")
 
 
-def main(argv: list[str]) -> int:
+def fastest_pass(setup: Callable[[], S], run: Callable[[S], R], verify: Callable[[S, R], str | None],
+                 min_time: float) -> tuple[float, float, int] | str:
+    """Passes until ``min_time`` seconds of them and at least 3 (at most 100 000): each
+    ``setup()`` (untimed), ``run(state)`` (timed, wall and CPU), ``verify(state, result)``
+    (untimed; a message stops the passes and is returned). The result is dropped before the
+    next pass, as a reader's caller drops each batch. Returns the fastest pass's wall and CPU
+    seconds and the number of passes: a floor, the pass the host disturbed least."""
+    wall = 0.0
+    best = best_cpu = float("inf")
+    passes = 0
+    while (wall < min_time or passes < 3) and passes < 100_000:
+        state = setup()
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = run(state)
+        took, took_cpu = time.perf_counter() - t0, time.process_time() - c0
+        wrong = verify(state, result)
+        del result
+        if wrong:
+            return wrong
+        wall += took
+        if took < best:
+            best, best_cpu = took, took_cpu
+        passes += 1
+    return best, best_cpu, passes
+
+
+def floor_args(argv: list[str], doc: str | None) -> tuple[int, dict[str, str], float] | None:
+    """A floor's command line, ``SIZE [KEY=VALUE ...]``: the size, the options, and
+    ``min_time_ms`` in seconds (0.3 by default); None, after printing the usage line of
+    ``doc`` (the module's docstring), when there is no argument."""
     if not argv:
-        print(__doc__.split("\n")[1], file=sys.stderr)
-        return 2
-    size = int(argv[0])
+        print((doc or "").split("\n")[1], file=sys.stderr)
+        return None
     opts = dict(arg.split("=", 1) for arg in argv[1:])
-    min_time = int(opts.get("min_time_ms", "300")) / 1000
+    return int(argv[0]), opts, int(opts.get("min_time_ms", "300")) / 1000
+
+
+def report(name: str, records: int, timed: tuple[float, float, int] | str) -> int:
+    """Print what :func:`fastest_pass` returned and give the exit status: its message on stderr
+    (1), or the JSON line with the fields the suite reads from its C programs (0)."""
+    if isinstance(timed, str):
+        print(f"{name}: {timed}", file=sys.stderr)
+        return 1
+    wall_s, cpu_s, passes = timed
+    print(json.dumps({"produced": records, "received": records, "wall_s": wall_s, "cpu_s": cpu_s,
+                      "rounds": passes, "gaps": 0, "seq_errors": 0, "p50_us": None, "p99_us": None,
+                      "producer_full": 0}))
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = floor_args(argv, __doc__)
+    if args is None:
+        return 2
+    size, opts, min_time = args
     batch_bytes = int(opts.get("batch_bytes", str(1 << 20)))
     if size < 8 or batch_bytes < size:
         print(f"pyfloor: SIZE must be >= 8 (a u64 sequence number) and batch_bytes >= SIZE, "
@@ -89,27 +139,20 @@ def main(argv: list[str]) -> int:
     view = memoryview(buf).toreadonly()
     slices = [slice(i * stride, i * stride + size) for i in range(per_chunk)]
 
-    wall = 0.0
-    best = best_cpu = float("inf")
-    passes = 0
-    while (wall < min_time or passes < 3) and passes < 100_000:
-        callback, check = pass_callback(kind)
-        t0, c0 = time.perf_counter(), time.process_time()
-        got = one_pass(view, slices, per_chunk * stride, chunks, callback)
-        took, took_cpu = time.perf_counter() - t0, time.process_time() - c0
+    def setup() -> tuple[Callable[[memoryview], Any], SeqCheck | None]:
+        return pass_callback(kind)
+
+    def run(state: tuple[Callable[[memoryview], Any], SeqCheck | None]) -> int:
+        return one_pass(view, slices, per_chunk * stride, chunks, state[0])
+
+    def verify(state: tuple[Callable[[memoryview], Any], SeqCheck | None], got: int) -> str | None:
+        check = state[1]
         if got != records or (check is not None and (check.received, check.gaps, check.seq_errors) != (records, 0, 0)):
-            print(f"pyfloor: a pass handed over {got} records of {records}"
-                  + (f", checked {check.received}, gaps {check.gaps}, repeats {check.seq_errors}" if check else ""),
-                  file=sys.stderr)
-            return 1
-        wall += took
-        if took < best:
-            best, best_cpu = took, took_cpu
-        passes += 1
-    print(json.dumps({"produced": records, "received": records, "wall_s": best, "cpu_s": best_cpu,
-                      "rounds": passes, "gaps": 0, "seq_errors": 0, "p50_us": None, "p99_us": None,
-                      "producer_full": 0}))
-    return 0
+            return (f"a pass handed over {got} records of {records}"
+                    + (f", checked {check.received}, gaps {check.gaps}, repeats {check.seq_errors}" if check else ""))
+        return None
+
+    return report("pyfloor", records, fastest_pass(setup, run, verify, min_time))
 
 
 if __name__ == "__main__":
