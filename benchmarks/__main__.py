@@ -314,22 +314,23 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
 def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The performance targets, each with the measured median and its [min, max] over repetitions.
 
-    A target that has a ceiling row (``c-perfmerge``, the ``py-*-floor`` rows) also carries ``ceiling``: that row's
-    figure on the target's scale (its name, median, min, max), and ``of_ceiling``: the
-    target's figure over the ceiling's, per repetition, as median, min and max (None unless
-    both rows have a figure in every repetition, so that they pair up).
+    A target that has a ceiling row (``c-perfmerge``, the ``py-*-floor`` rows) also carries
+    ``ceiling``: that row's figure on the target's scale (its name, median, min, max), and
+    ``of_ceiling``: the target's figure over the ceiling's, per repetition, as median, min and
+    max (None unless both rows have a figure in every repetition, so that they pair up).
     """
-    def get(name: str, mode: str, size: int, key: str) -> dict[str, Any] | None:
-        for r in rows:
-            if (r["consumer"], r["mode"], r["event_size"]) == (name, mode, size):
-                found = r.get(f"{key}_spread")
-                if found is None and r.get(key) is not None:   # an absolute figure: one median
-                    values = [x[key] for x in r["repetitions"] if "error" not in x and x.get(key) is not None]
-                    found = spread(values)
-                return found
-        return None
-
     by_key = {(r["consumer"], r["mode"], r["event_size"]): r for r in rows}
+
+    def get(name: str, mode: str, size: int, key: str) -> dict[str, Any] | None:
+        r = by_key.get((name, mode, size))
+        if r is None:
+            return None
+        found = r.get(f"{key}_spread")
+        if found is None and r.get(key) is not None:   # an absolute figure: one median
+            values = [x[key] for x in r["repetitions"] if "error" not in x and x.get(key) is not None]
+            found = spread(values)
+        return found
+
     out: list[dict[str, Any]] = []
 
     def want(target: str, want: float, got: dict[str, Any] | None, lower_is_better: bool = False,
