@@ -18,8 +18,9 @@ offsets and size are exactly the compiler's:
 
 ``value_type(btf, type_id, label)`` gives a :class:`ValueType` for any type (a
 map's key or value, a global variable): ints (range-checked), bools, enums
-(ints; an enumerator's name is accepted when writing), floats, char arrays
-(str), other arrays (tuples), structs and unions (records of an EventDef as
+(ints; an enumerator's name is accepted when writing), floats, ``char``
+arrays (str), ``unsigned char``/``__u8`` arrays (bytes, every byte kept),
+other arrays (tuples), structs and unions (records of an EventDef as
 above). A type an EventDef cannot hold (a struct with a bitfield...) becomes
 bytes of its size, with the reason kept in ``ValueType.why_bytes``.
 ``datasec_vars(btf, type_id)`` walks a DATASEC (a global-data section) into its
@@ -208,6 +209,10 @@ class ValueType(abc.ABC):
     def encode(self, value: object, label: str) -> bytes:
         """Per subclass."""
 
+    def described(self) -> EventDef | str:
+        """What a user is shown as this type: the EventDef of a struct, else the type name."""
+        return self.event if self.event is not None else self.name
+
     def __repr__(self) -> str:
         return f"<ValueType {self.name} ({self.size} bytes)>"
 
@@ -278,7 +283,12 @@ class FloatType(ValueType):
     def encode(self, value: object, label: str) -> bytes:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"{label} ({self.name}) must be a number, got {value!r} ({type(value).__name__})")
-        return self._struct.pack(value)
+        try:  # an int past a double's range, or a number past a float's: OverflowError from either step
+            return self._struct.pack(float(value))
+        except OverflowError:
+            shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({value.bit_length()}-bit int)" \
+                if isinstance(value, int) else repr(value)
+            raise ValueError(f"{label} ({self.name}) is out of range for a {self.name}, got {shown}") from None
 
 
 class CharArrayType(ValueType):
@@ -299,6 +309,36 @@ class CharArrayType(ValueType):
             raise TypeError(f"{label} ({self.name}) must be a str or bytes, got {type(value).__name__}")
         if len(data) > self.size:
             raise ValueError(f"{label} ({self.name}) holds {self.size} bytes, got {len(data)} ({value!r})")
+        return data.ljust(self.size, b"\0")
+
+
+class ByteArrayType(ValueType):
+    """``unsigned char[n]`` / ``__u8[n]``: reads as the n bytes, NULs included (a MAC address, a hash).
+
+    Writes bytes-like of at most n (zero-padded, as a C initializer) or a
+    sequence of ints 0..255. Reading back gives all n bytes, so a value read
+    from a map is the same key when written again.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.size, self.name = count, f"u8[{count}]"
+
+    def decode(self, raw: bytes) -> bytes:
+        return bytes(raw[:self.size])
+
+    def encode(self, value: object, label: str) -> bytes:
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            data = bytes(value)
+        elif isinstance(value, Iterable) and not isinstance(value, (str, Mapping)):
+            items = list(value)
+            for i, item in enumerate(items):
+                _check.integer(item, f"{label}[{i}] (u8)", lo=0, hi=255)
+            data = bytes(items)
+        else:
+            raise TypeError(f"{label} ({self.name}) must be bytes or a sequence of ints, "
+                            f"got {value!r} ({type(value).__name__})")
+        if len(data) > self.size:
+            raise ValueError(f"{label} ({self.name}) holds {self.size} bytes, got {len(data)}")
         return data.ljust(self.size, b"\0")
 
 
@@ -394,8 +434,12 @@ def value_type(btf: CData, type_id: int, label: str) -> ValueType:
         arr = _libbpf.btf_array(t)
         elem = value_type(btf, arr.type, label)
         count = int(arr.nelems)
-        if elem.name in ("i8", "u8") and _is_char(btf, arr.type):
-            return CharArrayType(count)
+        if elem.name in ("i8", "u8"):
+            char = _char_name(btf, arr.type)
+            if char == "char":
+                return CharArrayType(count)
+            if elem.name == "u8":  # unsigned char, __u8, uint8_t: binary data, not text
+                return ByteArrayType(count)
         if isinstance(elem, BytesType):
             return BytesType(elem.size * count, elem.why_bytes)
         return ArrayType(elem, count)
@@ -410,10 +454,17 @@ def value_type(btf: CData, type_id: int, label: str) -> ValueType:
     return BytesType(size, f"{label} has BTF kind {kind}")
 
 
-def _is_char(btf: CData, type_id: int) -> bool:
+def _char_name(btf: CData, type_id: int) -> str:
+    """The C name of a one-byte integer type (``char``, ``signed char``, ``unsigned char``...).
+
+    Only plain ``char`` is text: C code spells a string ``char[n]``, while
+    ``unsigned char``/``__u8`` arrays hold binary data (addresses, hashes) whose
+    zero bytes are data.
+    """
     t = _libbpf.btf__type_by_id(btf, _libbpf.btf__resolve_type(btf, type_id, "btf(char)"), "btf(char)")
-    return _libbpf.btf_kind(t) == lib.BTF_KIND_INT and t.size == 1 and \
-        _libbpf.btf__name_by_offset(btf, t.name_off) in ("char", "signed char", "unsigned char")
+    if _libbpf.btf_kind(t) != lib.BTF_KIND_INT or t.size != 1:
+        return ""
+    return str(_libbpf.btf__name_by_offset(btf, t.name_off))
 
 
 def _enumerators(btf: CData, t: CData) -> dict[str, int]:
