@@ -36,8 +36,9 @@ from .events import (
     make_event_parser,
     make_event_serializer,
 )
+from .globals import Globals
 from .hist import Histogram
-from .maps import Globals, Map, RawMap
+from .maps import Map, RawMap
 from .object import BPFObject
 from .ordered import OrderedReader, OrderedStats
 from .perfbuf import PerfBuffer, PerfReader

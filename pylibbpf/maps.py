@@ -4,8 +4,8 @@
 ``collections.abc.MutableMapping`` whose keys and values are typed from the
 map's BTF (``__type(key, ...)``, ``__type(value, ...)``), with batch operations,
 sizing and pinning before load, and stack-trace reading. ``Map.raw`` is the
-same protocol on bytes (:class:`RawMap`). :class:`Globals` is ``obj.globals``:
-the object's global variables by name.
+same protocol on bytes (:class:`RawMap`). ``obj.globals`` lives in
+:mod:`pylibbpf.globals`.
 
 The owner (the object) is reached only through its public ``name``,
 ``loaded`` and ``c_ptr`` (which raises ClosedError once it is closed), so this
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from . import _check, _libbpf
 from ._ffi import ffi, lib
-from .btf import BytesType, ValueType, datasec_vars, value_type
+from .btf import BytesType, ValueType, value_type
 from .errors import BPFError
 from .events import EventDef
 
@@ -47,7 +47,6 @@ _NO_ELEMENTS = {
     lib.BPF_MAP_TYPE_USER_RINGBUF: "UserRingBuffer",
     lib.BPF_MAP_TYPE_PERF_EVENT_ARRAY: "PerfBuffer, PerfReader or OrderedReader",
 }
-_GLOBAL_SECTIONS = (".rodata", ".data", ".bss")
 
 
 class MapOwner(Protocol):
@@ -581,12 +580,6 @@ class Map(_Elements):
         vt = value_type(self._btf, type_id, f"{self.name}_{side}")
         return None if isinstance(vt, BytesType) or vt.size != size else vt  # bytes: the raw protocol
 
-    def _datasec(self) -> tuple[str, list[Any]] | None:
-        """(section, variables) of a global-data map, from its DATASEC in BTF; None for other maps."""
-        if self._btf is None or not _libbpf.bpf_map__is_internal(self._ptr):
-            return None
-        return datasec_vars(self._btf, _libbpf.bpf_map__btf_value_type_id(self._ptr))
-
     def _key_bytes(self, key: object, what: str) -> bytes:
         kt = self._value_types()[0]
         return self._raw_key(key, what) if kt is None else kt.encode(key, f"map {self.name!r} key")
@@ -799,124 +792,3 @@ def _described(vt: ValueType | None) -> EventDef | str | None:
     if vt is None:
         return None
     return vt.event if vt.event is not None else vt.name
-
-
-# --- global variables ---------------------------------------------------------------------------
-
-class _Var:
-    __slots__ = ("map", "name", "offset", "section", "size", "type")
-
-    def __init__(self, name: str, section: str, m: Map, offset: int, size: int, vt: ValueType) -> None:
-        self.name, self.section, self.map, self.offset, self.size, self.type = name, section, m, offset, size, vt
-
-
-def global_sections(maps: Iterable[Map]) -> dict[str, Map]:
-    """Section name (``.rodata``, ``.data.x``) -> its map, for every global-data map with BTF.
-
-    libbpf names these maps after the object (``execsnoo.rodata``: a truncated
-    object name before ``.rodata``); the section name is what the source says.
-    """
-    out = {}
-    for m in maps:
-        sec = m._datasec()
-        if sec is not None:
-            out[sec[0]] = m
-    return out
-
-
-class Globals(MutableMapping[str, Any]):
-    """``obj.globals``: the object's global variables by name (``.rodata*``, ``.data*``, ``.bss*``).
-
-    Typed from BTF (DATASEC/VAR) as map values are (ints range-checked, bool,
-    enums, str for char arrays, tuples for arrays, records for structs; bytes
-    for what a record cannot hold). Before load, an assignment sets that
-    variable's initial value and leaves the rest of its section as it was.
-    After load, ``.data``/``.bss`` variables are read and written live in the
-    section the kernel maps into this process (the program sees a write at
-    once, and reads see the program's writes); a ``.rodata`` variable can be
-    read but not written (frozen by the load: BPFError EPERM naming it).
-    Unknown names raise KeyError listing the known ones; a value of the wrong
-    type or out of range raises TypeError/ValueError naming the variable.
-    A name defined in two sections (static variables) is also reachable as
-    ``"section:name"``. ClosedError once the object is closed.
-    """
-
-    def __init__(self, owner: MapOwner, maps: Iterable[Map], btf: CData | None) -> None:
-        self._owner = owner
-        self._vars: dict[str, _Var] = {}
-        if btf is None:
-            return
-        for section, m in global_sections(maps).items():
-            if not section.startswith(_GLOBAL_SECTIONS):
-                continue  # .kconfig, .ksyms, .addr_space...: libbpf fills them
-            datasec = m._datasec()
-            assert datasec is not None
-            for var in datasec[1]:
-                vt = value_type(btf, var.type_id, var.name)
-                if vt.size != var.size:
-                    vt = BytesType(var.size, f"{var.name}: BTF size {vt.size} != section size {var.size}")
-                entry = _Var(var.name, section, m, var.offset, var.size, vt)
-                key = var.name if var.name not in self._vars else f"{section}:{var.name}"
-                self._vars[key] = entry
-
-    def _var(self, name: str) -> _Var:
-        self._owner.c_ptr  # noqa: B018 -- ClosedError once the object is closed
-        try:
-            return self._vars[name]
-        except (KeyError, TypeError):
-            known = ", ".join(self._vars) or "none"
-            raise KeyError(f"no global variable named {name!r} in {self._owner.name} (known: {known})") from None
-
-    def section(self, name: str) -> str:
-        """The ELF section that holds variable ``name`` (``.rodata``, ``.bss``, ``.data.x``...)."""
-        return self._var(name).section
-
-    def type_of(self, name: str) -> EventDef | str:
-        """The variable's type: an EventDef for a struct, else a type name (``u32``, ``char[16]``, ``bytes[8]``)."""
-        described = _described(self._var(name).type)
-        assert described is not None
-        return described
-
-    def _section_memory(self, var: _Var) -> tuple[CData, int]:
-        return _libbpf.bpf_map__c_initial_value(var.map.c_ptr)
-
-    def __getitem__(self, name: str) -> Any:
-        var = self._var(name)
-        ptr, size = self._section_memory(var)
-        if ptr != ffi.NULL and var.offset + var.size <= size:
-            raw = ffi.buffer(ptr + var.offset, var.size)[:]
-        else:  # loaded but not mmapable (only static variables): read the map's one element
-            section = var.map.raw.lookup(0)
-            raw = section[var.offset:var.offset + var.size]
-        return var.type.decode(raw)
-
-    def __setitem__(self, name: str, value: Any) -> None:
-        var = self._var(name)
-        data = var.type.encode(value, f"global {name!r}")
-        loaded = self._owner.loaded
-        if loaded and var.section.startswith(".rodata"):
-            raise BPFError(errno.EPERM, f"global {name!r} is in {var.section}, frozen by BPFObject.load(): "
-                           "set it before load()", f"globals[{name!r}]")
-        ptr, size = self._section_memory(var)
-        if ptr != ffi.NULL and var.offset + var.size <= size:
-            ffi.memmove(ptr + var.offset, data, len(data))
-        elif loaded:  # not mmapable: rewrite the section's one element (not atomic with the program)
-            section = bytearray(var.map.raw[0])
-            section[var.offset:var.offset + var.size] = data
-            var.map.raw[0] = bytes(section)
-        else:
-            raise BPFError(errno.EINVAL, f"global {name!r}: section {var.section} has no initial image",
-                           f"globals[{name!r}]")
-
-    def __delitem__(self, name: str) -> None:
-        self._var(name)
-        raise TypeError(f"global {name!r} cannot be deleted (assign it instead)")
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._vars)
-
-    def __len__(self) -> int:
-        return len(self._vars)
-
-    def __repr__(self) -> str:
-        return f"<globals of {self._owner.name}: {', '.join(self._vars) or 'none'}>"

@@ -1,5 +1,5 @@
-"""CO-RE objects: BPFObject (Map and Globals live in :mod:`pylibbpf.maps`; Program, Link and
-TestRun in :mod:`pylibbpf.program`).
+"""CO-RE objects: BPFObject (Map lives in :mod:`pylibbpf.maps`, Globals in :mod:`pylibbpf.globals`;
+Program, Link and TestRun in :mod:`pylibbpf.program`).
 
 An object is opened (ELF parsed, nothing in the kernel yet), then loaded (CO-RE
 relocations resolved against the running kernel's BTF, maps created, programs
@@ -20,7 +20,8 @@ from . import _check, _close, _libbpf, build
 from ._ffi import ffi, lib
 from .btf import struct_event_def, struct_names
 from .errors import BPFError, ClosedError
-from .maps import Globals, Map, global_sections
+from .globals import Globals, global_sections
+from .maps import Map
 from .program import Link, Program
 
 logger = logging.getLogger("pylibbpf.object")
@@ -92,8 +93,8 @@ class BPFObject:
         btf = None if btf == ffi.NULL else btf
         maps = [Map(self, x, btf) for x in _libbpf.bpf_object__maps(ptr)]
         # A global-data map also answers to its section's name: obj.maps[".rodata"] is "execsnoo.rodata".
-        self.maps: NamedTable[Map] = NamedTable("map", name, {m.name: m for m in maps}, global_sections(maps))
-        #: The global variables by name (see :class:`~pylibbpf.maps.Globals`).
+        self.maps: NamedTable[Map] = NamedTable("map", name, {m.name: m for m in maps}, global_sections(maps, btf))
+        #: The global variables by name (see :class:`~pylibbpf.globals.Globals`).
         self.globals = Globals(self, maps, btf)
 
     @classmethod
@@ -157,7 +158,13 @@ class BPFObject:
 
     @property
     def loaded(self) -> bool:
+        """True once ``load()`` succeeded."""
         return self._loaded
+
+    @property
+    def load_failed(self) -> bool:
+        """True once ``load()`` raised: libbpf cannot load the object again, only ``close()`` is left."""
+        return self._load_failed
 
     def _check(self) -> CData:
         if self._ptr is None:
@@ -245,6 +252,7 @@ class BPFObject:
         with self._lock:
             if self._ptr is None:
                 return
+            self.globals.close()  # waits for a read or write of a section in progress
             self._ptr = None
             self._finalizer()  # _free_object, once
 
