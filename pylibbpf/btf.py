@@ -302,7 +302,11 @@ class CharArrayType(ValueType):
 
     def encode(self, value: object, label: str) -> bytes:
         if isinstance(value, str):
-            data = value.encode("utf-8")
+            try:
+                data = value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"{label} ({self.name}) cannot be encoded as UTF-8: "
+                                 f"{value[e.start:e.end]!r} at position {e.start} ({e.reason})") from None
         elif isinstance(value, (bytes, bytearray, memoryview)):
             data = bytes(value)
         else:

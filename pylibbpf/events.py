@@ -44,6 +44,7 @@ import operator
 import re
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -464,11 +465,39 @@ class EventDef:
             have = -1
         return ValueError(f"event {self._name!r} needs {need} bytes, buffer has {have}")
 
-    def _partial_values(self, buf: Any, raw_chars: bool) -> tuple[Any, ...]:
+    def _not_contiguous(self) -> TypeError:
+        return TypeError(
+            f"event {self._name!r}: cannot parse a non-contiguous buffer (a strided memoryview): "
+            "pass a contiguous one, e.g. bytes(view)"
+        )
+
+    def _raw_fields(self, raw_chars: bool | AbstractSet[str]) -> bool | frozenset[str]:
+        """``raw_chars`` as parse() uses it: a bool, or the set of char fields to keep as bytes."""
+        if isinstance(raw_chars, bool):
+            return raw_chars
+        if isinstance(raw_chars, (str, bytes)) or not isinstance(raw_chars, (AbstractSet, list, tuple)):
+            raise TypeError(
+                f"event {self._name!r}: raw_chars must be a bool or a set of field names, "
+                f"got {raw_chars!r} ({type(raw_chars).__name__})"
+            )
+        names = frozenset(raw_chars)
+        for name in sorted(names, key=str):
+            f = self._by_name.get(name) if isinstance(name, str) else None
+            if f is None or f.type != "char":
+                chars = ", ".join(f.name for f in self._fields if f.type == "char") or "none"
+                raise ValueError(
+                    f"event {self._name!r}: raw_chars names {name!r}, which is not a char field "
+                    f"(char fields: {chars})"
+                )
+        return names
+
+    def _partial_values(self, buf: Any, raw_chars: bool | frozenset[str]) -> tuple[Any, ...]:
         """Parse a buffer shorter than ``size`` whose last field (an array) is cut short."""
         try:
             view = memoryview(buf).cast("B")
-        except TypeError:
+        except TypeError as e:
+            if "contiguous" in str(e):
+                raise self._not_contiguous() from None
             raise TypeError(
                 f"event {self._name!r}: cannot parse {type(buf).__name__}, need a bytes-like object"
             ) from None
@@ -481,16 +510,19 @@ class EventDef:
         values = list(self._values(padded, raw_chars))
         tail = values[-1]
         if last.type == "char":
-            values[-1] = tail[:present] if raw_chars else tail
+            raw = raw_chars if isinstance(raw_chars, bool) else last.name in raw_chars
+            values[-1] = tail[:present] if raw else tail
         else:
             values[-1] = tuple(tail)[:present]
         return tuple(values)
 
-    def _values(self, buf: Any, raw_chars: bool) -> tuple[Any, ...]:
+    def _values(self, buf: Any, raw_chars: bool | frozenset[str]) -> tuple[Any, ...]:
         try:
             flat = self._struct.unpack_from(buf)
         except struct.error:
             raise self._too_short(buf, self._size) from None
+        except BufferError:
+            raise self._not_contiguous() from None
         except TypeError:
             raise TypeError(
                 f"event {self._name!r}: cannot parse {type(buf).__name__}, need a bytes-like object"
@@ -498,10 +530,10 @@ class EventDef:
         if self._simple:
             return flat
         out: list[Any] = []
-        for start, count, type_name in self._plan:
+        for f, (start, count, type_name) in zip(self._fields, self._plan):
             if type_name == "char":
                 raw: bytes = flat[start]
-                if raw_chars:
+                if raw_chars is True or (raw_chars and f.name in raw_chars):  # type: ignore[operator]
                     out.append(raw)
                 else:
                     out.append(raw.split(b"\0", 1)[0].decode("utf-8", "replace"))
@@ -511,13 +543,15 @@ class EventDef:
                 out.append(flat[start : start + count])
         return tuple(out)
 
-    def parse(self, buf: Any, *, raw_chars: bool = False, partial: bool = False) -> EventRecord:
+    def parse(self, buf: Any, *, raw_chars: bool | AbstractSet[str] = False, partial: bool = False) -> EventRecord:
         """Parse one event from the start of ``buf`` into a record.
 
         ``buf`` is anything with the buffer protocol (``bytes``, ``bytearray``,
         ``memoryview``, ``mmap``, ...); bytes past ``size`` are ignored (perf
         samples carry padding).  ``char`` fields decode to ``str`` cut at the
-        first NUL, or stay ``bytes`` with ``raw_chars=True``.  The record owns its
+        first NUL, or stay ``bytes`` with ``raw_chars=True`` (every char field) or
+        ``raw_chars={"name", ...}`` (those char fields only: a ValueError names
+        one that is not a char field of the event).  The record owns its
         values: nothing refers to ``buf`` afterwards.
 
         ``partial=True`` accepts a buffer shorter than the event whose last
@@ -528,11 +562,13 @@ class EventDef:
 
         Raises ``ValueError`` naming the event and both sizes if ``buf`` is
         shorter than the event (or, with ``partial``, than the start of its
-        trailing array), ``TypeError`` if it is not a buffer.
+        trailing array), ``TypeError`` if it is not a buffer or not a
+        contiguous one (a strided memoryview).
         """
+        raw = raw_chars if raw_chars is False or raw_chars is True else self._raw_fields(raw_chars)
         if partial and _nbytes(buf) < self._size:
-            return self._record_type(self._partial_values(buf, raw_chars))
-        return self._record_type(self._values(buf, raw_chars))
+            return self._record_type(self._partial_values(buf, raw))
+        return self._record_type(self._values(buf, raw))
 
     def _pack_values(self, values: Iterable[Any]) -> bytes:
         # ``values`` holds one value (or None) per field, in field order.
@@ -580,7 +616,13 @@ class EventDef:
         if value is None:
             return b""
         if isinstance(value, str):
-            data = value.encode("utf-8")
+            try:
+                data = value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(
+                    f"event {self._name!r}: field {f.name!r} (char[{f.count}]) cannot be encoded as UTF-8: "
+                    f"{value[e.start:e.end]!r} at position {e.start} ({e.reason})"
+                ) from None
         elif isinstance(value, (bytes, bytearray, memoryview)):
             data = bytes(value)
         else:

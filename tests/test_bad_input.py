@@ -39,6 +39,7 @@ from pylibbpf import (
     RingBuffer,
     SamplingConsumer,
     UserRingBuffer,
+    EventDef,
     defevent,
     features,
     make_event_parser,
@@ -558,6 +559,19 @@ CASES: list[Case] = [
     Case("`BackpressureConsumer(map_of_a_closed_object, cb)`",
          lambda c: BackpressureConsumer(c.closed.maps["rb"], _nothing),
          ClosedError, r"^BPF object 'ringbuf' is closed$"),
+    # -- events and globals: parse/serialize inputs, float globals ----------------------------
+    Case("`Conn.parse(memoryview(bytearray(64))[::2])` (a strided view)",
+         lambda c: Conn.parse(memoryview(bytearray(64))[::2]),
+         TypeError, r"event 'ConnectionEvent': cannot parse a non-contiguous buffer"),
+    Case("`Conn.serialize({'comm': '\\ud800'})` (a lone surrogate)", lambda c: Conn.serialize({"comm": "\ud800"}),
+         ValueError, r"field 'comm' \(char\[16\]\) cannot be encoded as UTF-8: '\\ud800' at position 0"),
+    Case("`Conn.parse(buf, raw_chars={'pid'})` (not a char field)",
+         lambda c: Conn.parse(bytes(Conn.size), raw_chars={"pid"}),
+         ValueError, r"raw_chars names 'pid', which is not a char field \(char fields: comm\)"),
+    Case("`EventDef.from_layout('E', [('a', 'u32', 1, 2**70)], 8)` (a field at a huge offset)",
+         lambda c: EventDef.from_layout("E", [("a", "u32", 1, 2**70)], 8),
+         ValueError, r"event 'E': field 'a' at offset 1180591620717411303424 with size 4 does not fit in 8 bytes"),
+
 ]
 
 
