@@ -29,6 +29,7 @@ from pylibbpf import (
     BPFError,
     BPFObject,
     ClosedError,
+    Histogram,
     Link,
     LoadError,
     OrderedReader,
@@ -558,6 +559,10 @@ CASES: list[Case] = [
     Case("`BackpressureConsumer(map_of_a_closed_object, cb)`",
          lambda c: BackpressureConsumer(c.closed.maps["rb"], _nothing),
          ClosedError, r"^BPF object 'ringbuf' is closed$"),
+    # --- histograms -----------------------------------------------------------------------------
+    Case("`Histogram.log2({3: 2**64}).to_numpy()` (a count past uint64)",
+         lambda c: Histogram.log2({3: 2**64}).to_numpy(),
+         OverflowError, r"the count of slot 3 is 18446744073709551616, outside uint64"),
 ]
 
 
