@@ -64,7 +64,7 @@ def test_a_long_verifier_log_keeps_its_reason(bpf_objects: dict[str, Path]) -> N
     assert re.search(r"^\d+: \(79\) r0 = \*\(u64 \*\)\(r0 \+0\)$", text, re.M), text  # the refused instruction
     log = err.verifier_log
     assert len(log) > 4096 and REASON in log
-    assert re.match(r"(?:arg#0 .*\n)?0: R1=ctx\(\) R10=fp0\n", log), log[:200]
+    assert re.search(r"^0: ", log, re.M), log[:200]  # from the first instruction on
     assert log.rstrip("\n").splitlines()[-1].startswith("processed ")
     # The text carries the tail, not the whole log.
     assert text.endswith(log.rstrip("\n").splitlines()[-1]) and len(text) < len(log) // 2
