@@ -98,8 +98,8 @@ def diagnostics(stderr: str) -> list[str]:
     include_chain: list[str] = []
     for line in stderr.splitlines():
         head = _DIAGNOSTIC.match(line)
-        if line.startswith(_INCLUDED_FROM):
-            include_chain.append(line)
+        if line.startswith(_INCLUDED_FROM) or (include_chain and line.lstrip().startswith("from ")):
+            include_chain.append(line)  # "In file included from a.c:1:" and its "   from b.h:2:" lines
         elif _SUMMARY.match(line):
             continue
         elif head and (head.group(1) != "note" or not found):

@@ -234,7 +234,9 @@ def test_a_clean_compile_warns_nothing() -> None:
 
 def test_diagnostics_are_cut_one_per_warning() -> None:
     stderr = (
+        "a.c:1:1: warning: first [-Wfirst]\n"
         "In file included from a.c:1:\n"
+        "                 from c.h:4:\n"
         "b.h:2:3: warning: unused variable 'y' [-Wunused-variable]\n"
         "    2 |   int y;\n"
         "      |       ^\n"
@@ -244,7 +246,9 @@ def test_diagnostics_are_cut_one_per_warning() -> None:
         "clang: warning: argument unused during compilation: '-pg' [-Wunused-command-line-argument]\n"
         "3 warnings generated.\n")
     assert build.diagnostics(stderr) == [
-        "In file included from a.c:1:\nb.h:2:3: warning: unused variable 'y' [-Wunused-variable]\n"
+        "a.c:1:1: warning: first [-Wfirst]",
+        "In file included from a.c:1:\n                 from c.h:4:\n"
+        "b.h:2:3: warning: unused variable 'y' [-Wunused-variable]\n"
         "    2 |   int y;\n      |       ^",
         "a.c:5:4: warning: equality comparison result unused [-Wunused-comparison]\n    5 |   x == 1;\n"
         "a.c:5:4: note: use '=' to turn this equality comparison into an assignment",
