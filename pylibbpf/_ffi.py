@@ -4,6 +4,8 @@
 (``plb_*``), callable as in C. libbpf's messages go to the ``pylibbpf.libbpf``
 logger: warnings at WARNING, info at INFO, debug at DEBUG (debug messages are
 only formatted when that logger is enabled for DEBUG when an object is opened).
+Each message arrives whole, however long: a refused program's verifier log is
+one message of up to libbpf's 16 MiB log buffer.
 """
 
 from __future__ import annotations

@@ -96,23 +96,47 @@ def bpf_object__open_mem(buf: CData, size: int, opts: CData, what: str) -> CData
 _MAP_FAILED = re.compile(r"map '([^']*)': (?:failed to create|error reusing pinned map|cannot find pinned map|"
                          r"failed to auto-pin)")
 _PROG_FAILED = re.compile(r"prog '([^']*)': (?:BPF program load failed|failed to load)")
+# The verifier log of a refused program, which libbpf prints whole as one message.
+_PROG_LOG = re.compile(r"prog '([^']*)': -- BEGIN PROG LOAD LOG --\n(.*)-- END PROG LOAD LOG --", re.S)
+# The verifier's reason and the instruction it refused sit on the last lines of its log (the
+# line counting processed instructions ends it).
+_VERIFIER_TAIL_LINES = 20
+
+
+def tail_lines(text: str, n: int) -> str:
+    """The last ``n`` lines of ``text``."""
+    return "\n".join(text.rstrip("\n").splitlines()[-n:])
+
+
+def verifier_log_of(messages: list[str], prog: str) -> str:
+    """The verifier log libbpf printed for the program named ``prog`` ("" when none was printed)."""
+    for message in reversed(messages):
+        found = _PROG_LOG.search(message)
+        if found and found.group(1) == prog:
+            return found.group(2)
+    return ""
 
 
 def bpf_object__load(obj: CData, what: str) -> None:
-    """Create the maps, load every program; LoadError with the log's tail, naming the map or
-    program the kernel refused (``stage``/``name``)."""
+    """Create the maps, load every program; LoadError naming the map or program the kernel
+    refused (``stage``/``name``), with the refused program's whole verifier log and the tail of
+    that log (or of libbpf's messages) for its text."""
     sync_log_level()
-    with capture_log() as lines:
+    with capture_log() as messages:
         ret = lib.bpf_object__load(obj)
     if ret < 0:
         stage, name = "object", ""
-        for line in lines:
-            found = _MAP_FAILED.search(line) or _PROG_FAILED.search(line)
+        for message in messages:
+            found = _MAP_FAILED.search(message) or _PROG_FAILED.search(message)
             if found:
                 stage, name = ("map" if found.re is _MAP_FAILED else "program"), found.group(1)
                 break
-        tail = "\n".join(lines[-_LOG_TAIL_LINES:])
-        raise LoadError(-ret, strerror(-ret), what, tail, stage, name)
+        verifier_log = verifier_log_of(messages, name) if stage == "program" else ""
+        if verifier_log:
+            tail = tail_lines(verifier_log, _VERIFIER_TAIL_LINES)
+        else:
+            tail = tail_lines("\n".join(messages), _LOG_TAIL_LINES)
+        raise LoadError(-ret, strerror(-ret), what, tail, stage, name, verifier_log)
 
 
 def bpf_object__close(obj: CData) -> None:
@@ -189,8 +213,8 @@ def bpf_prog_load(prog_type: int, name: CData, license: CData, insns: CData, cou
     if fd < 0:
         log = ""
         if opts != ffi.NULL and opts.log_buf != ffi.NULL:
-            log = "\n".join(string(opts.log_buf).splitlines()[-_LOG_TAIL_LINES:])
-        raise LoadError(-fd, strerror(-fd), what, log)
+            log = string(opts.log_buf)
+        raise LoadError(-fd, strerror(-fd), what, tail_lines(log, _VERIFIER_TAIL_LINES), verifier_log=log)
     return int(fd)
 
 

@@ -20,11 +20,14 @@ import hashlib
 import logging
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -69,6 +72,42 @@ class CompileError(RuntimeError):
         super().__init__(message)
         self.command = list(command)
         self.output = output
+
+
+class CompileWarning(UserWarning):
+    """A diagnostic clang printed for a program it did compile (``warning:``, with its notes).
+
+    The message is clang's own text for it: ``file:line:column: warning: ... [-Wflag]``, the
+    source line and the caret, and the notes that follow (C text passed as a string is named
+    ``<source>``). One is issued per diagnostic through :mod:`warnings`, so the usual filters
+    apply (``-W error::pylibbpf.build.CompileWarning`` makes them fatal).
+    """
+
+
+# A line that opens a diagnostic: "file:line:col: warning: ..." or "clang: warning: ..." (not a
+# source line, which clang indents). Notes belong to the diagnostic before them.
+_DIAGNOSTIC = re.compile(r"^\S(?:.*?: )?(warning|error|fatal error|remark|note): ")
+_INCLUDED_FROM = "In file included from "
+_SUMMARY = re.compile(r"^\d+ (?:warnings?|errors?)(?: and \d+ errors?)? generated\.$")
+
+
+def diagnostics(stderr: str) -> list[str]:
+    """clang's stderr cut into diagnostics, each with its source lines, carets and notes;
+    the "N warnings generated." summary left out."""
+    found: list[list[str]] = []
+    include_chain: list[str] = []
+    for line in stderr.splitlines():
+        head = _DIAGNOSTIC.match(line)
+        if line.startswith(_INCLUDED_FROM) or (include_chain and line.lstrip().startswith("from ")):
+            include_chain.append(line)  # "In file included from a.c:1:" and its "   from b.h:2:" lines
+        elif _SUMMARY.match(line):
+            continue
+        elif head and (head.group(1) != "note" or not found):
+            found.append([*include_chain, line])
+            include_chain = []
+        elif found:
+            found[-1].append(line)
+    return ["\n".join(lines).rstrip() for lines in found]
 
 
 def include_dir() -> str:
@@ -243,10 +282,35 @@ def compile(source_or_path: str | os.PathLike[str] | bytes, output: str | os.Pat
     source's name with ``.o`` (``prog.bpf.c`` -> ``prog.bpf.o``); C text needs
     an ``output``.
 
+    Each diagnostic clang prints for a program it compiles (``x == 1;`` where
+    ``x = 1;`` was meant) is issued as a :class:`CompileWarning`.
+
     Blocks while clang runs. Raises CompileError when clang is missing or
     fails (``.output`` holds its diagnostics), FileNotFoundError for a missing
     source file, TypeError/ValueError for bad arguments.
     """
+    out, stderr = _compile(source_or_path, output, cflags)
+    _warn(stderr)
+    return out
+
+
+def _warn(stderr: str) -> None:
+    """One CompileWarning per diagnostic of a successful compile, attributed to the first caller
+    outside the package (``BPFObject.compile``'s caller, not object.py)."""
+    texts = diagnostics(stderr)
+    if not texts:
+        return
+    package = os.path.dirname(__file__) + os.sep
+    frame, level = sys._getframe(0), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    for text in texts:
+        warnings.warn(CompileWarning(text), stacklevel=level)
+
+
+def _compile(source_or_path: str | os.PathLike[str] | bytes, output: str | os.PathLike[str] | None,
+             cflags: Sequence[str]) -> tuple[Path, str]:
+    """Run clang as :func:`compile` describes: (the object's path, clang's diagnostics)."""
     flags = _cflags(cflags)
     src = _source_path(source_or_path)
     if output is None:
@@ -258,8 +322,9 @@ def compile(source_or_path: str | os.PathLike[str] | bytes, output: str | os.Pat
     label = "the C source text" if src is None else str(src)
     clang = find_clang()
     with tempfile.TemporaryDirectory(prefix="pylibbpf-compile-") as tmp:
+        text_file = None
         if src is None:
-            src = Path(tmp) / "source.bpf.c"
+            src = text_file = Path(tmp) / "source.bpf.c"
             text = source_or_path
             src.write_bytes(text.encode() if isinstance(text, str) else bytes(text))  # type: ignore[arg-type]
             includes = []
@@ -277,17 +342,22 @@ def compile(source_or_path: str | os.PathLike[str] | bytes, output: str | os.Pat
                    f"-I{include_dir()}", *flags, "-c", str(src), "-o", str(out)]
         _log.info("%s", shlex.join(command))
         proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    # C text lived in a temporary file whose name means nothing to the caller.
+    stderr = proc.stderr.replace(str(text_file), "<source>") if text_file is not None else proc.stderr
     if proc.returncode != 0:
-        raise CompileError(f"clang could not compile {label} (exit {proc.returncode}):\n{proc.stderr.rstrip()}",
-                           command, proc.stderr)
-    return out
+        raise CompileError(f"clang could not compile {label} (exit {proc.returncode}):\n{stderr.rstrip()}",
+                           command, stderr)
+    return out, stderr
 
 
 def compile_bytes(source_or_path: str | os.PathLike[str] | bytes, *, cflags: Sequence[str] = ()) -> tuple[bytes, str]:
     """Compile like :func:`compile` into memory: (the object's bytes, a name for it: the source file's
-    name up to its first dot, or ``"source"`` for C text)."""
+    name up to its first dot, or ``"source"`` for C text). clang's diagnostics are issued as
+    :class:`CompileWarning` as there."""
     src = _source_path(source_or_path)
     name = src.name.split(".", 1)[0] if src is not None else "source"
     with tempfile.TemporaryDirectory(prefix="pylibbpf-compile-") as tmp:
-        out = compile(source_or_path, Path(tmp) / f"{name}.bpf.o", cflags=cflags)
-        return out.read_bytes(), name
+        out, stderr = _compile(source_or_path, Path(tmp) / f"{name}.bpf.o", cflags)
+        data = out.read_bytes()
+    _warn(stderr)
+    return data, name

@@ -25,30 +25,34 @@ class BPFError(OSError):
 class LoadError(BPFError):
     """The kernel refused part of a load: a program (the verifier said no) or a map (creation failed).
 
-    ``stage`` says which: ``"program"`` (``log`` is the tail of the verifier
-    log), ``"map"`` (``log`` is the tail of libbpf's log about it) or
-    ``"object"`` (neither could be told apart: relocation, BTF, ...).
-    ``name`` is that program's or map's name ("" when unknown).
+    ``stage`` says which: ``"program"``, ``"map"`` or ``"object"`` (neither
+    could be told apart: relocation, BTF, ...). ``name`` is that program's or
+    map's name ("" when unknown).
+
+    ``verifier_log`` is the verifier's whole log for the refused program, as
+    the kernel wrote it (``bpftool prog load`` prints the same text; "" when
+    no program was refused). ``log`` is what ``str(e)`` shows after its first
+    line: for a program, the verifier log's last lines, which hold the failing
+    instruction and the reason ("R0 invalid mem access 'map_value_or_null'");
+    otherwise the last lines of libbpf's messages about the load.
     """
 
     def __init__(self, err: int, message: str, what: str, log: str, stage: str = "program",
-                 name: str = "") -> None:
+                 name: str = "", verifier_log: str = "") -> None:
         super().__init__(err, message, what)
         self.log = log
         self.stage = stage
         self.name = name
+        self.verifier_log = verifier_log
 
     def __str__(self) -> str:
         base = super().__str__()
         named = f" {self.name!r}" if self.name else ""
         if self.stage == "map":
             base += f": map{named} could not be created"
-            title = "libbpf log (tail)"
-        elif self.stage == "program":
-            base += f": program{named} was refused" if named else ""
-            title = "verifier log (tail)"
-        else:
-            title = "libbpf log (tail)"
+        elif self.stage == "program" and named:
+            base += f": program{named} was refused"
+        title = "verifier log (tail)" if self.verifier_log else "libbpf log (tail)"
         return f"{base}\n--- {title} ---\n{self.log}" if self.log else base
 
 

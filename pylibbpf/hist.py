@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from fractions import Fraction
 from typing import Any, Literal, TypeVar
 
 from . import _check
@@ -182,14 +183,18 @@ class Histogram:
         """The upper bound of the slot that holds the ``p``-th percentile (0 <= p <= 100).
 
         The value at that rank is at most the returned value and at least that
-        slot's lowest value: a histogram cannot say more. ValueError when the
-        histogram is empty or p is outside 0..100.
+        slot's lowest value: a histogram cannot say more. The rank is computed
+        in exact arithmetic, so counts past 2**53 (beyond a float's precision)
+        give the same answer as small ones. ValueError when the histogram is
+        empty or p is outside 0..100.
         """
         p = _check.number(p, "p", lo=0, hi=100)
         total = self.total
         if not total:
             raise ValueError("percentile of an empty histogram")
-        rank = max(1, math.ceil(p * total / 100))
+        # Fraction(p) is the float's exact value: p * total / 100 in floats rounds once the total
+        # passes 2**53, and a rank above the total would match no slot.
+        rank = max(1, math.ceil(Fraction(p) * total / 100))
         seen = 0
         for slot, count in enumerate(self._counts):
             seen += count
@@ -197,13 +202,31 @@ class Histogram:
                 return self.slot_range(slot)[1]
         raise AssertionError("unreachable: the rank is at most the total")  # pragma: no cover
 
-    def to_numpy(self) -> Any:
-        """The buckets as a numpy ``uint64`` array of shape ``(n, 3)``: low, high, count (numpy required)."""
+    def to_numpy(self, dtype: Any = None) -> Any:
+        """The buckets as a numpy array of shape ``(n, 3)``: low, high, count (numpy required).
+
+        ``dtype=None`` picks ``uint64``, or ``int64`` when a bound is negative (a
+        linear histogram with a negative base); OverflowError, naming the slot
+        and the value, when a count or bound does not fit it (counts summed
+        past 2**64, a linear histogram far from 0). ``dtype=object`` gives
+        Python ints, exact at any size. Any other dtype is passed to numpy.
+        """
         import numpy as np
 
-        if self._kind == "linear" and self._base < 0:
-            return np.array(self.buckets, dtype=np.int64).reshape(-1, 3)
-        return np.array(self.buckets, dtype=np.uint64).reshape(-1, 3)
+        rows = self.buckets
+        if dtype is None:
+            signed = self._kind == "linear" and self._base < 0
+            dtype = np.int64 if signed else np.uint64
+            info = np.iinfo(dtype)
+            flat = [value for row in rows for value in row]
+            if flat and not info.min <= min(flat) <= max(flat) <= info.max:
+                at = next(i for i, value in enumerate(flat) if not info.min <= value <= info.max)
+                slot, what = divmod(at, 3)
+                raise OverflowError(
+                    f"to_numpy: the {('low', 'high', 'count')[what]} of slot {slot} is {flat[at]}, outside "
+                    f"{np.dtype(dtype).name} ({info.min}..{info.max}); to_numpy(dtype=object) keeps exact "
+                    "Python ints")
+        return np.array(rows, dtype=dtype).reshape(-1, 3)
 
     def format(self, label: str = "value") -> str:
         """The text bcc's ``print_log2_hist`` / ``print_linear_hist`` print, without the last newline.

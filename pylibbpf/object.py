@@ -147,7 +147,8 @@ class BPFObject:
         ``str`` with a newline); see :func:`pylibbpf.build.compile` for the
         include path (``vmlinux.h``, ``<bpf/bpf_helpers.h>``) and ``cflags``.
         No file is left behind. Blocks while clang runs; raises
-        :class:`pylibbpf.build.CompileError` when clang is missing or fails.
+        :class:`pylibbpf.build.CompileError` when clang is missing or fails;
+        its warnings are issued as :class:`pylibbpf.build.CompileWarning`.
         """
         data, name = build.compile_bytes(source_or_path, cflags=cflags)
         return cls.open(data, object_name=name)

@@ -29,6 +29,7 @@ from pylibbpf import (
     BPFError,
     BPFObject,
     ClosedError,
+    Histogram,
     Link,
     LoadError,
     OrderedReader,
@@ -572,6 +573,10 @@ CASES: list[Case] = [
          lambda c: EventDef.from_layout("E", [("a", "u32", 1, 2**70)], 8),
          ValueError, r"event 'E': field 'a' at offset 1180591620717411303424 with size 4 does not fit in 8 bytes"),
 
+    # --- histograms -----------------------------------------------------------------------------
+    Case("`Histogram.log2({3: 2**64}).to_numpy()` (a count past uint64)",
+         lambda c: Histogram.log2({3: 2**64}).to_numpy(),
+         OverflowError, r"the count of slot 3 is 18446744073709551616, outside uint64"),
 ]
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import struct
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -190,6 +192,71 @@ def test_compile_error_carries_clangs_diagnostics() -> None:
     assert info.value.command[0] == build.find_clang()
 
 
+# `x == 1;` where `x = 1;` was meant: clang compiles it, and warns.
+TYPO = """\
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+
+SEC("syscall")
+int typo(void *ctx)
+{
+	int x = bpf_get_prandom_u32();
+
+	x == 1;
+	return x;
+}
+
+char LICENSE[] SEC("license") = "GPL";
+"""
+UNUSED_COMPARISON = "warning: equality comparison result unused [-Wunused-comparison]"
+
+
+def test_compile_warnings_reach_the_caller(tmp_path: Path) -> None:
+    with pytest.warns(build.CompileWarning) as record:
+        BPFObject.compile(TYPO).close()
+    compiled = [w for w in record if w.category is build.CompileWarning]
+    assert [w.filename for w in compiled] == [__file__]  # the caller's line, not the package's
+    (text,) = [str(w.message) for w in compiled]
+    assert text.startswith(f"<source>:9:4: {UNUSED_COMPARISON}\n")
+    assert "note: use '=' to turn this equality comparison into an assignment" in text  # notes stay with it
+    assert "warning generated" not in text
+    src = tmp_path / "typo.bpf.c"
+    src.write_text(TYPO)
+    with pytest.warns(build.CompileWarning, match=rf"^{re.escape(str(src))}:9:4: warning: equality"):
+        build.compile(src)
+
+
+def test_a_clean_compile_warns_nothing() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BPFObject.compile(PROGRAM, cflags=["-DMAGIC=1"]).close()
+
+
+def test_diagnostics_are_cut_one_per_warning() -> None:
+    stderr = (
+        "a.c:1:1: warning: first [-Wfirst]\n"
+        "In file included from a.c:1:\n"
+        "                 from c.h:4:\n"
+        "b.h:2:3: warning: unused variable 'y' [-Wunused-variable]\n"
+        "    2 |   int y;\n"
+        "      |       ^\n"
+        "a.c:5:4: warning: equality comparison result unused [-Wunused-comparison]\n"
+        "    5 |   x == 1;\n"
+        "a.c:5:4: note: use '=' to turn this equality comparison into an assignment\n"
+        "clang: warning: argument unused during compilation: '-pg' [-Wunused-command-line-argument]\n"
+        "3 warnings generated.\n")
+    assert build.diagnostics(stderr) == [
+        "a.c:1:1: warning: first [-Wfirst]",
+        "In file included from a.c:1:\n                 from c.h:4:\n"
+        "b.h:2:3: warning: unused variable 'y' [-Wunused-variable]\n"
+        "    2 |   int y;\n      |       ^",
+        "a.c:5:4: warning: equality comparison result unused [-Wunused-comparison]\n    5 |   x == 1;\n"
+        "a.c:5:4: note: use '=' to turn this equality comparison into an assignment",
+        "clang: warning: argument unused during compilation: '-pg' [-Wunused-command-line-argument]",
+    ]
+    assert build.diagnostics("") == []
+
+
 def test_compile_bad_arguments(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="cflags"):
         BPFObject.compile(PROGRAM, cflags="-DMAGIC=1")  # type: ignore[arg-type]
@@ -220,6 +287,16 @@ def test_cli_build(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     with BPFObject.open(tmp_path / "other.o") as obj:
         assert list(obj.programs) == ["emit"]
+
+
+def test_cli_build_shows_warnings(tmp_path: Path) -> None:
+    src = tmp_path / "typo.bpf.c"
+    src.write_text(TYPO)
+    proc = run_build(str(src))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{tmp_path / 'typo.bpf.o'}\n"
+    assert proc.stderr.startswith(f"{src}:9:4: {UNUSED_COMPARISON}\n") and "note: use '='" in proc.stderr
+    assert "Traceback" not in proc.stderr and "CompileWarning" not in proc.stderr
 
 
 def test_cli_build_prints_paths() -> None:

@@ -142,3 +142,31 @@ def test_bad_linear_arguments() -> None:
         Histogram.per_key({}, kind="log10")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"\(\(key, slot\), count\) pairs"):
         Histogram.per_key([(1, 2)])  # type: ignore[list-item]
+
+
+def test_percentile_is_exact_past_two_to_the_53() -> None:
+    # A float holds 2**53 + 3 as 2**53 + 4 and 2**64 - 1 as 2**64: p * total / 100 in floats
+    # gave a rank above the total, which no slot reached.
+    for huge in (2**53 + 3, 2**64 - 1):
+        h = Histogram.log2([0, huge])
+        assert h.percentile(100) == 3
+        assert h.percentile(0) == 3
+    big = Histogram.log2([2**60, 1, 2**70])
+    assert big.percentile(100) == 7
+    # 2**60 / (2**70 + 2**60 + 1) of the values sit in slot 0: just over 0.0975%.
+    assert big.percentile(0.0975) == 1
+    assert big.percentile(0.0976) == 7
+
+
+def test_to_numpy_past_64_bits_is_exact_or_a_clear_error() -> None:
+    h = Histogram.log2({0: 1, 3: 2**64})
+    with pytest.raises(OverflowError, match=r"the count of slot 3 is 18446744073709551616, outside uint64.*"
+                                            r"dtype=object"):
+        h.to_numpy()
+    exact = h.to_numpy(dtype=object)
+    assert exact.shape == (4, 3) and exact[3].tolist() == [8, 15, 2**64]
+    assert Histogram.log2({0: 1, 3: 2**64 - 1}).to_numpy()[3].tolist() == [8, 15, 2**64 - 1]
+    low = Histogram.linear([1, 2], base=-(2**63) - 1)
+    with pytest.raises(OverflowError, match=r"the low of slot 0 is -9223372036854775809, outside int64"):
+        low.to_numpy()
+    assert low.to_numpy(dtype=object)[1].tolist() == [-(2**63), -(2**63), 2]

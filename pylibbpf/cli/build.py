@@ -3,8 +3,9 @@
 The same compile as :func:`pylibbpf.build.compile` (clang, libbpf's BPF
 headers from the package, a vmlinux.h generated for this kernel and cached);
 ``--print-include-dir`` and ``--print-vmlinux-h`` give those paths to a
-Makefile that runs clang itself. Prints the object's path; a missing clang, a
-missing file or clang's diagnostics are reported on stderr with exit status 1.
+Makefile that runs clang itself. Prints the object's path, and clang's warnings
+on stderr; a missing clang, a missing file or clang's errors are reported on
+stderr with exit status 1.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import warnings
 from typing import Any
 
 from .. import build
@@ -54,7 +56,11 @@ def cmd_build(args: argparse.Namespace) -> int:
         if args.source is None:
             return _fail("a source file is needed (pylibbpf build PROG.bpf.c [-o PROG.bpf.o])")
         cflags = [f"-I{d}" for d in args.include] + [f"-D{d}" for d in args.define] + shlex.split(args.cflags)
-        out = build.compile(args.source, args.output, cflags=cflags)
+        with warnings.catch_warnings(record=True) as diagnostics:
+            warnings.simplefilter("always", build.CompileWarning)
+            out = build.compile(args.source, args.output, cflags=cflags)
+        for diagnostic in diagnostics:
+            sys.stderr.write(f"{diagnostic.message}\n")
     except BPFError as e:  # libbpf could not read the kernel's BTF for vmlinux.h
         return _fail(f"{e.strerror} ({e.what})")
     except (OSError, RuntimeError, ValueError) as e:  # CompileError is a RuntimeError
