@@ -23,8 +23,9 @@ mappings left to read: its frames print as ``[unknown:ADDRESS]``). Output, on st
 - default: the ``--top`` (default 10) hottest stacks, hottest first, each as
   bcc's profile prints it: frames innermost first (kernel, then user), a line
   ``-  COMM (PID)``, then the count;
-- ``--folded``: one line per stack, ``comm;outer;...;inner COUNT``, root first
-  as flamegraph.pl and speedscope read it, kernel frames suffixed ``_[k]``;
+- ``--folded``: bcc's ``profile -fa`` format: one line per stack,
+  ``comm;outer;...;inner COUNT``, root first as flamegraph.pl and speedscope
+  read it, kernel frames suffixed ``_[k]``;
 - ``--json``: one object with the stacks and their frames' addresses.
 
 Stacks that differ only in addresses within the same functions are one stack
@@ -57,9 +58,11 @@ from ._common import (
     StatusLine,
     Terminate,
     check_btf,
+    cpu_number,
     detach,
     load_object,
     open_bundled,
+    pid_number,
     pipe_broken,
     point_at_devnull,
     positive_float,
@@ -378,15 +381,17 @@ def add_parser(sub: Any) -> None:
     """Register ``profile`` on the command's subparsers (``sub.add_parser``)."""
     p = sub.add_parser("profile", help="sample stacks on every CPU (a sampling profiler)",
                        description="Sample the running kernel and user stacks with a cpu-clock perf event on "
-                       "every CPU; at the end print the hottest stacks, symbolized (or folded, for flame graphs).")
+                       "every CPU; at the end print the hottest stacks, symbolized (or, with --folded, in bcc's "
+                       "`profile -fa` folded format, for flame graphs).")
     p.add_argument("-F", "--frequency", type=positive_int, default=DEFAULT_FREQUENCY, metavar="HZ",
                    help=f"samples a second on each CPU (default {DEFAULT_FREQUENCY})")
-    p.add_argument("--cpu", type=int, metavar="N", help="only CPU N (default: every online CPU)")
-    p.add_argument("--pid", type=positive_int, metavar="P", help="only process P (filtered in the kernel)")
+    p.add_argument("--cpu", type=cpu_number, metavar="N", help="only CPU N (default: every online CPU)")
+    p.add_argument("--pid", type=pid_number, metavar="P", help="only process P (filtered in the kernel)")
     p.add_argument("--duration", type=positive_float, metavar="S", help="stop after S seconds (default: Ctrl-C)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--folded", action="store_true",
-                     help="one `comm;outer;...;inner COUNT` line per stack (flamegraph.pl, speedscope)")
+                     help="bcc's `profile -fa` format: one `comm;outer;...;inner COUNT` line per stack, root "
+                     "first, kernel frames suffixed _[k] (for flamegraph.pl, speedscope)")
     out.add_argument("--json", action="store_true", help="one JSON object with every stack and its addresses")
     p.add_argument("--top", type=positive_int, metavar="N",
                    help=f"only the N hottest stacks (default: {DEFAULT_TOP} in the table, all otherwise)")

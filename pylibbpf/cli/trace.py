@@ -56,6 +56,7 @@ from ._common import attach_all as _attach_all
 from ._common import check_btf as _check_btf
 from ._common import detach as _detach
 from ._common import load_object as _load
+from ._common import pid_number as _pid_number
 from ._common import pipe_broken as _pipe_broken
 from ._common import point_at_devnull as _point_at_devnull
 from ._common import positive_float as _positive_float
@@ -627,7 +628,7 @@ def add_parser(sub: Any) -> None:
     trace.add_argument("-o", "--output", metavar="FILE|-",
                        help="where --format arrow writes its stream (-: stdout, which must not be a terminal)")
     trace.add_argument("--duration", type=_positive_float, metavar="S", help="stop after S seconds")
-    trace.add_argument("--pid", type=_positive_int, metavar="P", help="only process P (filtered in the kernel)")
+    trace.add_argument("--pid", type=_pid_number, metavar="P", help="only process P (filtered in the kernel)")
     trace.add_argument("--comm", metavar="NAME",
                        help="only processes named NAME (its first 15 bytes, as the kernel keeps them)")
     trace.add_argument("--sample", type=_rate, metavar="RATE",
@@ -638,7 +639,7 @@ def add_parser(sub: Any) -> None:
                        help="per-CPU perf buffers merged in timestamp order (late events are counted); "
                        "not with --sample or --max-pending")
     trace.add_argument("-v", "--verbose", action="store_true", help="show libbpf's messages and verifier logs")
-    trace.set_defaults(func=cmd_trace)
+    trace.set_defaults(func=cmd_trace, check_args=check_args)
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
