@@ -111,6 +111,11 @@ def _setup_logging(verbose: bool) -> None:
     logger.propagate = False
 
 
+def _prints_on_stdout(args: argparse.Namespace) -> bool:
+    """Whether the command's output goes to stdout (every command but ``trace --format arrow -o FILE``)."""
+    return not (args.command == "trace" and args.format == "arrow" and args.output != "-")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; returns the exit status (the console script's entry point)."""
     parser, commands = _build()
@@ -118,6 +123,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     check = getattr(args, "check_args", None)
     if check is not None:  # the option combinations argparse cannot refuse by itself
         check(commands[args.command], args)
+    if sys.stdout is None and _prints_on_stdout(args):
+        # started with fd 1 closed (`>&-`): the interpreter has no sys.stdout at all
+        if sys.stderr is not None:
+            sys.stderr.write(f"pylibbpf {args.command}: stdout is closed: there is nowhere to print the output "
+                             "(redirect it to a file or /dev/null)\n")
+        return 1
     _setup_logging(args.verbose)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:

@@ -92,6 +92,31 @@ def point_at_devnull(stream: TextIO) -> None:
         pass
 
 
+def output_error(e: OSError, where: str = "stdout") -> CommandError:
+    """The one line for an output that cannot be written (a full disk, /dev/full; not a closed pipe)."""
+    reason = e.strerror
+    cause: BaseException | None = e
+    while reason is None and cause is not None:  # pyarrow wraps the file's own OSError
+        cause = cause.__context__
+        reason = cause.strerror if isinstance(cause, OSError) else None
+    return CommandError(f"cannot write to {where}: {reason or e}")
+
+
+def write_output(stream: TextIO, text: str, where: str = "stdout") -> bool:
+    """Write and flush ``text``: False when the reader went away (a closed pipe, not an error: the
+    stream then points at /dev/null); CommandError when the write failed otherwise."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError:
+        point_at_devnull(stream)
+        return False
+    except OSError as e:
+        point_at_devnull(stream)  # what stays buffered must not fail again at exit
+        raise output_error(e, where) from e
+    return True
+
+
 def check_btf() -> None:
     if not VMLINUX_BTF.exists():
         raise CommandError(f"this kernel has no BTF ({VMLINUX_BTF} is missing): the bundled CO-RE programs "

@@ -45,7 +45,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TextIO
+from typing import Any
 
 from ..errors import BPFError
 from ..features import online_cpus
@@ -68,6 +68,7 @@ from ._common import (
     positive_float,
     positive_int,
     privilege_error,
+    write_output,
 )
 
 #: bcc's profile samples at 49 Hz by default (not a multiple of common timer frequencies).
@@ -333,7 +334,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         text = format_folded(stacks, args.top)
     else:
         text = format_table(stacks, args.top or DEFAULT_TOP)
-    _write(sys.stdout, text)
+    write_output(sys.stdout, text)
     missed = sum(s.count for s in stacks if s.missed_kernel or s.missed_user)
     sys.stderr.write(f"{sum(s.count for s in stacks)} samples, {len(stacks)} distinct stacks in {elapsed:.1f} s"
                      + (f"; {missed} samples with a stack the kernel could not record (hash collision or "
@@ -366,15 +367,6 @@ def _wait(started: float, duration: float | None, status: StatusLine, every_seco
             status.show(f"sampling, {end - now:.0f} s left" if end is not None else
                         f"sampling for {now - started:.0f} s, Ctrl-C prints the stacks")
         time.sleep(min(_TICK, end - now) if end is not None else _TICK)
-
-
-def _write(stream: TextIO, text: str) -> None:
-    """Write the output; a reader that went away is not an error."""
-    try:
-        stream.write(text)
-        stream.flush()
-    except BrokenPipeError:
-        point_at_devnull(stream)
 
 
 def add_parser(sub: Any) -> None:

@@ -41,6 +41,7 @@ from ._common import (
     detach,
     load_object,
     open_bundled,
+    output_error,
     pid_number,
     pipe_broken,
     point_at_devnull,
@@ -130,6 +131,8 @@ class _Output:
         self._unit = unit
         self._per_process = per_process
         self.gone = False
+        #: Why the output could not be written (not a closed pipe: that is ``gone`` alone).
+        self.error: OSError | None = None
 
     def interval(self, obj: BPFObject, hists: dict[int, Histogram]) -> None:
         comms = {pid: _comm(obj, pid) for pid in hists} if self._per_process else {}
@@ -159,6 +162,9 @@ class _Output:
                 self._stream.write(text)
                 self._stream.flush()
             except BrokenPipeError:
+                self._reader_gone()
+            except OSError as e:
+                self.error = e
                 self._reader_gone()
 
     def reader_gone(self) -> bool:
@@ -208,6 +214,8 @@ def cmd_runqlat(args: argparse.Namespace) -> int:
                 pass
         with lock:
             status.clear()
+    if out.error is not None:
+        raise output_error(out.error)
     return 0
 
 

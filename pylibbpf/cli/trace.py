@@ -56,6 +56,7 @@ from ._common import attach_all as _attach_all
 from ._common import check_btf as _check_btf
 from ._common import detach as _detach
 from ._common import load_object as _load
+from ._common import output_error as _output_error
 from ._common import pid_number as _pid_number
 from ._common import pipe_broken as _pipe_broken
 from ._common import point_at_devnull as _point_at_devnull
@@ -190,6 +191,8 @@ class EventPrinter:
         self._shares_terminal = self._tty and status.enabled
         self.count = 0
         self.closed = threading.Event()
+        #: Why the output could not be written (not a closed pipe: that is ``closed`` alone).
+        self.error: OSError | None = None
         # bpf_ktime_get_ns() is CLOCK_MONOTONIC, as time.monotonic_ns() on Linux.
         self._wall_offset_ns = time.time_ns() - time.monotonic_ns()
 
@@ -227,6 +230,8 @@ class EventPrinter:
                     self._stream.flush()
             except BrokenPipeError:
                 self._reader_gone()
+            except OSError as e:
+                self._failed(e)
 
     def flush(self) -> None:
         """Push buffered rows out (a pipe's reader sees them within a tick)."""
@@ -237,6 +242,8 @@ class EventPrinter:
                 self._stream.flush()
             except BrokenPipeError:
                 self._reader_gone()
+            except OSError as e:
+                self._failed(e)
 
     def reader_gone(self) -> bool:
         """True once stdout's reader has gone (a write failed or the pipe reports an error)."""
@@ -248,6 +255,11 @@ class EventPrinter:
     def _reader_gone(self) -> None:
         self.closed.set()
         _point_at_devnull(self._stream)
+
+    def _failed(self, e: OSError) -> None:
+        """A write failed (a full disk): nothing more is written; the command reports ``error``."""
+        self.error = e
+        self._reader_gone()
 
 
 # --- event sources -----------------------------------------------------------------------------
@@ -570,6 +582,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
                 printer.close()   # the end-of-stream marker, on every way out
             else:
                 printer.flush()
+        if printer.error is not None:  # the events could not be written: that is the outcome
+            raise _output_error(printer.error, args.output if args.format == "arrow" and args.output != "-"
+                                else "stdout")
         elapsed = stopped - started
         stats = source.stats() if source is not None else SourceStats()
         _summary(tool, printer, stats, _kernel_drops(obj), elapsed, status, source)
