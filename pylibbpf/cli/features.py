@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from typing import Any
 
 from .. import features
-from ._common import write_output
+from ..errors import BPFError
+from ._common import privilege_error, write_output
 
 #: The attach calls and the probes each depends on (names of features.report()).
 NEEDS = {
@@ -35,7 +37,12 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_features(args: argparse.Namespace) -> int:
-    report = features.report()
+    try:
+        report = features.report()
+    except BPFError as e:
+        if e.errno in (errno.EPERM, errno.EACCES):
+            raise privilege_error(e) from e
+        raise
     if args.json:
         write_output(sys.stdout, json.dumps(report, indent=2) + "\n")
         return 0
