@@ -22,8 +22,10 @@ layouts come from the object's BTF; nothing about them is restated here.
 and struct layouts.
 
 Errors a person can act on (no privileges, no BTF, no tracefs, a file that is
-not a BPF object) are one line on stderr and exit status 1; usage errors exit
-with 2. A summary (events, drops, late events, events/s) goes to stderr at
+not a BPF object; stdout closed at the start, an output that cannot be
+written) are one line on stderr and exit status 1; usage errors (out-of-range
+values and refused combinations included) are one line naming the subcommand's
+``--help`` and exit with 2. A summary (events, drops, late events, events/s) goes to stderr at
 the end of a trace, which exits 0 on Ctrl-C and on a closed stdout pipe.
 """
 
