@@ -768,16 +768,29 @@ def bpf_xdp_flags(mode: str) -> int:
 
 # --- feature probes (features.py) ------------------------------------------------------------------
 
+def _probe(call: Any, what: str, *args: Any) -> bool:
+    """A libbpf feature probe's answer. libbpf answers 0 ("not supported") also when the kernel refused
+    the probe for lack of privileges; its last bpf() call leaves that errno behind (nothing after the
+    failed call touches it): EPERM is raised, as the probe answered nothing."""
+    ffi.errno = 0
+    ret = check(call(*args, ffi.NULL), what)
+    if ret == 0 and ffi.errno == errno.EPERM:
+        raise error(errno.EPERM, what)
+    return ret == 1
+
+
 def libbpf_probe_bpf_prog_type(prog_type: int, what: str) -> bool:
-    return check(lib.libbpf_probe_bpf_prog_type(prog_type, ffi.NULL), what) == 1
+    return _probe(lib.libbpf_probe_bpf_prog_type, what, prog_type)
 
 
 def libbpf_probe_bpf_map_type(map_type: int, what: str) -> bool:
-    return check(lib.libbpf_probe_bpf_map_type(map_type, ffi.NULL), what) == 1
+    return _probe(lib.libbpf_probe_bpf_map_type, what, map_type)
 
 
 def libbpf_probe_bpf_helper(prog_type: int, helper_id: int, what: str) -> bool:
-    return check(lib.libbpf_probe_bpf_helper(prog_type, helper_id, ffi.NULL), what) == 1
+    """libbpf answers 1 ("assume supported") for any load failure without a verifier message naming
+    the helper, a refused one included: the caller probes the program type first."""
+    return _probe(lib.libbpf_probe_bpf_helper, what, prog_type, helper_id)
 
 
 # --- user ring buffer (ringbuf.py: UserRingBuffer) -------------------------------------------------

@@ -19,11 +19,14 @@ the same privileges as loading.
 
 from __future__ import annotations
 
+import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from . import _libbpf
 from ._ffi import lib
+from .errors import BPFError
 
 #: Where sysfs lists the PMUs (kprobe, uprobe, tracepoint, software, cpu for the hardware one).
 PMU_DIR = Path("/sys/bus/event_source/devices")
@@ -53,27 +56,36 @@ def _helper_id(name: str | int) -> int:
 
 
 def program_type(name: str | int) -> bool:
-    """Whether the kernel loads programs of this type (``libbpf_probe_bpf_prog_type``)."""
+    """Whether the kernel loads programs of this type (``libbpf_probe_bpf_prog_type``); BPFError (EPERM)
+    when this process may not load it (no answer: the kernel refused before looking at the type)."""
     t = _constant("BPF_PROG_TYPE_", name, "program type")
     return _libbpf.libbpf_probe_bpf_prog_type(t, f"libbpf_probe_bpf_prog_type({name})")
 
 
 def map_type(name: str | int) -> bool:
-    """Whether the kernel creates maps of this type (``libbpf_probe_bpf_map_type``)."""
+    """Whether the kernel creates maps of this type (``libbpf_probe_bpf_map_type``); BPFError (EPERM)
+    when this process may not create it."""
     t = _constant("BPF_MAP_TYPE_", name, "map type")
     return _libbpf.libbpf_probe_bpf_map_type(t, f"libbpf_probe_bpf_map_type({name})")
 
 
 def helper(prog_type: str | int, name: str | int) -> bool:
-    """Whether programs of ``prog_type`` may call helper ``name`` (``libbpf_probe_bpf_helper``)."""
+    """Whether programs of ``prog_type`` may call helper ``name`` (``libbpf_probe_bpf_helper``).
+
+    The program type is probed first: False when the kernel has no such type, BPFError (EPERM)
+    when this process may not load it (libbpf's helper probe takes any refused load for a yes).
+    """
     t = _constant("BPF_PROG_TYPE_", prog_type, "program type")
-    return _libbpf.libbpf_probe_bpf_helper(t, _helper_id(name), f"libbpf_probe_bpf_helper({prog_type}, {name})")
+    helper_id = _helper_id(name)
+    if not program_type(t):
+        return False
+    return _libbpf.libbpf_probe_bpf_helper(t, helper_id, f"libbpf_probe_bpf_helper({prog_type}, {name})")
 
 
 def tracefs_dir() -> str:
     """Where tracefs is mounted (the first of :data:`TRACEFS_DIRS` with ``events/``), else the usual place."""
     for d in TRACEFS_DIRS:
-        if (d / "events").is_dir():
+        if os.path.isdir(d / "events"):  # False, not PermissionError, where tracefs is root's only
             return str(d)
     return str(TRACEFS_DIRS[0])
 
@@ -133,14 +145,32 @@ def online_cpus() -> list[int]:
 
 
 def report() -> dict[str, bool]:
-    """Every answer the attach table needs, by name (probes run now, on this kernel)."""
-    answers = {f"program_type({t})": program_type(t) for t in
+    """Every answer the attach table needs, by name (probes run now, on this kernel).
+
+    A probe the kernel refuses to this process (EPERM: a security module may refuse fentry or
+    LSM programs even to root) answers False here. When it refuses every probe, nothing was
+    probed: BPFError (EPERM), as from the probe functions.
+    """
+    refused: list[BPFError] = []
+
+    def answer(probe: Callable[..., bool], *args: str) -> bool:
+        try:
+            return probe(*args)
+        except BPFError as e:
+            if e.errno != errno.EPERM:
+                raise
+            refused.append(e)
+            return False
+
+    answers = {f"program_type({t})": answer(program_type, t) for t in
                ("tracepoint", "raw_tracepoint", "kprobe", "perf_event", "xdp", "sched_cls", "cgroup_sock",
                 "tracing", "syscall")}
-    answers["map_type(user_ringbuf)"] = map_type("user_ringbuf")
-    answers["map_type(stack_trace)"] = map_type("stack_trace")
-    answers["helper(perf_event, get_stackid)"] = helper("perf_event", "get_stackid")
-    answers["helper(syscall, user_ringbuf_drain)"] = helper("syscall", "user_ringbuf_drain")
+    answers["map_type(user_ringbuf)"] = answer(map_type, "user_ringbuf")
+    answers["map_type(stack_trace)"] = answer(map_type, "stack_trace")
+    answers["helper(perf_event, get_stackid)"] = answer(helper, "perf_event", "get_stackid")
+    answers["helper(syscall, user_ringbuf_drain)"] = answer(helper, "syscall", "user_ringbuf_drain")
+    if len(refused) == len(answers):
+        raise refused[0]
     answers["tracefs"] = os.path.isdir(os.path.join(tracefs_dir(), "events"))
     answers["kprobes"] = kprobes()
     answers["uprobes"] = uprobes()

@@ -30,6 +30,8 @@ import dataclasses
 import errno
 import io
 import os
+import stat
+import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -218,8 +220,11 @@ def _cached(key: tuple[object, ...], stream: IO[bytes]) -> _ElfSymbols:
             return hit
     try:
         parsed = _ElfSymbols.parse(stream)
-    except (ELFError, ValueError, EOFError, KeyError, AttributeError):
-        # not an ELF file (a locale archive, a font mapped by a process) or a truncated one
+    except (ELFError, OSError, ValueError, EOFError, KeyError, AttributeError, IndexError, TypeError,
+            OverflowError, struct.error):
+        # not an ELF file (a locale archive, a font mapped by a process), a truncated one, or a header
+        # whose offsets point nowhere (pyelftools then seeks before the start: OSError): no symbols,
+        # its addresses resolve to the module and an offset
         parsed = _NOT_ELF
     with _cache_lock:
         _cache[key] = parsed
@@ -236,6 +241,7 @@ class _Mapping:
     end: int
     offset: int
     path: str  # "" for anonymous memory, "[heap]", "[vdso]", ... for the kernel's names
+    inode: int = 0  # of the mapped file (0: none)
 
 
 def _read_maps(pid: int) -> list[_Mapping]:
@@ -246,8 +252,32 @@ def _read_maps(pid: int) -> list[_Mapping]:
             if len(parts) < 5:
                 continue
             lo, _, hi = parts[0].partition("-")
-            mappings.append(_Mapping(int(lo, 16), int(hi, 16), int(parts[2], 16), parts[5] if len(parts) > 5 else ""))
+            mappings.append(_Mapping(int(lo, 16), int(hi, 16), int(parts[2], 16), parts[5] if len(parts) > 5 else "",
+                                     int(parts[4]) if parts[4].isdigit() else 0))
     return mappings
+
+
+def _open_mapped(path: str, inode: int) -> int | None:
+    """A read-only fd on the regular file ``path`` names if it is inode ``inode``, else None.
+
+    The name is first opened with O_PATH: nothing of the file is opened yet (a FIFO does not block,
+    a device is not opened), so its type and inode are checked before any read; the very object
+    checked is then reopened through /proc/self/fd. A name someone else replaced or points
+    elsewhere (a symlink, a FIFO, another file) is refused whatever it resolves to.
+    """
+    try:
+        handle = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(handle)
+        if not stat.S_ISREG(st.st_mode) or (inode and st.st_ino != inode):
+            return None
+        return os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    finally:
+        os.close(handle)
 
 
 class ProcessSymbols:
@@ -259,6 +289,12 @@ class ProcessSymbols:
     needs the rights ptrace would (root, or the same user). Raises
     ProcessLookupError when there is no process ``pid``. Safe to share between
     threads.
+
+    Mapped files are read through ``/proc/PID/map_files/`` (or the process's
+    root, or, once it exited, their names): only the regular file with the
+    inode the mapping had is read, never a FIFO, device or other file someone
+    put at that name. A file that cannot be read or parsed resolves as one
+    without symbols (module and offset); resolve() does not raise for it.
     """
 
     def __init__(self, pid: int) -> None:
@@ -320,15 +356,16 @@ class ProcessSymbols:
 
     def _file_symbols(self, m: _Mapping) -> _ElfSymbols:
         # /proc/PID/map_files/ opens the very file mapped (deleted, replaced, or in another mount
-        # namespace); the path through the process's root or as written are the fall-backs.
-        candidates = (f"/proc/{self.pid}/map_files/{m.start:x}-{m.end:x}",
-                      f"/proc/{self.pid}/root{m.path}", m.path)
+        # namespace) while the process lives; the path through its root, then the path as written
+        # (after it exited: the frames of short-lived processes) are the fall-backs. The names can
+        # be anyone's: only the regular file with the inode the mapping had is read.
+        path = m.path.removesuffix(" (deleted)")
+        candidates = (f"/proc/{self.pid}/map_files/{m.start:x}-{m.end:x}", f"/proc/{self.pid}/root{path}", path)
         for candidate in candidates:
-            try:
-                f = open(candidate, "rb")
-            except OSError:
+            fd = _open_mapped(candidate, m.inode)
+            if fd is None:
                 continue
-            with f:
+            with open(fd, "rb") as f:
                 st = os.fstat(f.fileno())
                 return _cached(("file", st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size), f)
         return _NOT_ELF

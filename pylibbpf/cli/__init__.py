@@ -22,8 +22,10 @@ layouts come from the object's BTF; nothing about them is restated here.
 and struct layouts.
 
 Errors a person can act on (no privileges, no BTF, no tracefs, a file that is
-not a BPF object) are one line on stderr and exit status 1; usage errors exit
-with 2. A summary (events, drops, late events, events/s) goes to stderr at
+not a BPF object; stdout closed at the start, an output that cannot be
+written) are one line on stderr and exit status 1; usage errors (out-of-range
+values and refused combinations included) are one line naming the subcommand's
+``--help`` and exit with 2. A summary (events, drops, late events, events/s) goes to stderr at
 the end of a trace, which exits 0 on Ctrl-C and on a closed stdout pipe.
 """
 
@@ -47,22 +49,41 @@ from .inspect import add_parser as add_inspect_parser
 from .profile import add_parser as add_profile_parser
 from .runqlat import add_parser as add_runqlat_parser
 from .trace import add_parser as add_trace_parser
-from .trace import check_args as check_trace_args
 
 # --- the command line --------------------------------------------------------------------------
 
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line (plus the exit status 2)."""
+    """An ArgumentParser whose usage errors are one line (plus the exit status 2) pointing at the
+    ``--help`` of the command that refused them."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+class _CommandParser(_Parser):
+    """A subcommand's parser: an argument it does not know is its own usage error (argparse would
+    otherwise hand it up to the top-level parser, whose message points at the wrong --help)."""
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="pylibbpf", description="Trace kernel events with bundled CO-RE programs, "
-                     "or inspect a BPF object.")
+    """The ``pylibbpf`` command line: one subcommand per tool."""
+    return _build()[0]
+
+
+def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser and each subcommand's own parser, by name (its usage errors name it)."""
+    parser = _Parser(prog="pylibbpf", description="Trace, profile and measure the running kernel with bundled "
+                     "CO-RE programs; inspect, build and probe BPF objects and this kernel's BPF features.",
+                     epilog="`pylibbpf COMMAND --help` describes a command and its options.")
     parser.add_argument("--version", action="version", version=_version_text())
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_CommandParser, metavar="COMMAND")
 
     add_trace_parser(sub)
     add_inspect_parser(sub)
@@ -70,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_runqlat_parser(sub)
     add_build_parser(sub)
     add_profile_parser(sub)
-    return parser
+    return parser, dict(sub.choices)
 
 
 def _version_text() -> str:
@@ -92,12 +113,24 @@ def _setup_logging(verbose: bool) -> None:
     logger.propagate = False
 
 
+def _prints_on_stdout(args: argparse.Namespace) -> bool:
+    """Whether the command's output goes to stdout (every command but ``trace --format arrow -o FILE``)."""
+    return not (args.command == "trace" and args.format == "arrow" and args.output != "-")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; returns the exit status (the console script's entry point)."""
-    parser = build_parser()
+    parser, commands = _build()
     args = parser.parse_args(argv)
-    if args.command == "trace":
-        check_trace_args(parser, args)
+    check = getattr(args, "check_args", None)
+    if check is not None:  # the option combinations argparse cannot refuse by itself
+        check(commands[args.command], args)
+    if sys.stdout is None and _prints_on_stdout(args):
+        # started with fd 1 closed (`>&-`): the interpreter has no sys.stdout at all
+        if sys.stderr is not None:
+            sys.stderr.write(f"pylibbpf {args.command}: stdout is closed: there is nowhere to print the output "
+                             "(redirect it to a file or /dev/null)\n")
+        return 1
     _setup_logging(args.verbose)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:

@@ -8,13 +8,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import math
 import os
 import select
 import signal
 import stat
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import NoReturn, TextIO
@@ -91,6 +92,31 @@ def point_at_devnull(stream: TextIO) -> None:
         pass
 
 
+def output_error(e: OSError, where: str = "stdout") -> CommandError:
+    """The one line for an output that cannot be written (a full disk, /dev/full; not a closed pipe)."""
+    reason = e.strerror
+    cause: BaseException | None = e
+    while reason is None and cause is not None:  # pyarrow wraps the file's own OSError
+        cause = cause.__context__
+        reason = cause.strerror if isinstance(cause, OSError) else None
+    return CommandError(f"cannot write to {where}: {reason or e}")
+
+
+def write_output(stream: TextIO, text: str, where: str = "stdout") -> bool:
+    """Write and flush ``text``: False when the reader went away (a closed pipe, not an error: the
+    stream then points at /dev/null); CommandError when the write failed otherwise."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError:
+        point_at_devnull(stream)
+        return False
+    except OSError as e:
+        point_at_devnull(stream)  # what stays buffered must not fail again at exit
+        raise output_error(e, where) from e
+    return True
+
+
 def check_btf() -> None:
     if not VMLINUX_BTF.exists():
         raise CommandError(f"this kernel has no BTF ({VMLINUX_BTF} is missing): the bundled CO-RE programs "
@@ -165,20 +191,55 @@ def attach_all(obj: BPFObject) -> list[Link]:
         raise CommandError(f"cannot attach {obj.name}: {e.strerror} ({e.what})") from e
 
 
-# argparse types: a usage error names the option's value
+# argparse types: a usage error names the option's value and the range it must be in
+
+#: The kernel's ceiling on pid numbers (PID_MAX_LIMIT, include/linux/threads.h, on 64-bit machines):
+#: a larger --pid can name no process.
+PID_MAX_LIMIT = 4 * 1024 * 1024
+#: The largest C int: queue sizes and CPU numbers the library takes.
+INT_MAX = 2**31 - 1
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+
+
+def int_range(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: an integer in ``lo..hi`` (a usage error names the value otherwise)."""
+    def parse(text: str) -> int:
+        value = _integer(text)
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"must be > {lo - 1}, got {text}" if lo == 1
+                                             else f"must be >= {lo}, got {text}")
+        if value > hi:
+            raise argparse.ArgumentTypeError(f"must be <= {hi}, got {text}")
+        return value
+    parse.__name__ = "integer"
+    return parse
+
 
 def positive_float(text: str) -> float:
-    value = float(text)
+    """A finite number of seconds > 0 (``inf`` and ``nan`` are usage errors)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
     return value
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
+#: An integer > 0 that fits a C int (counts, sizes, frequencies).
+positive_int = int_range(1, INT_MAX)
+#: A process id the kernel can have.
+pid_number = int_range(1, PID_MAX_LIMIT)
+#: A CPU number (whether it is online is checked when it is used).
+cpu_number = int_range(0, INT_MAX)
 
 
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)

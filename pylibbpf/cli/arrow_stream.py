@@ -54,6 +54,8 @@ class ArrowWriter:
         self._lock = threading.Lock()
         self.count = 0
         self.closed = threading.Event()
+        #: Why the stream could not be written (not a closed pipe: that is ``closed`` alone).
+        self.error: OSError | None = None
         empty = OrderedBatch.empty() if ordered else Batch.empty()
         self._schema = empty.to_arrow(event).schema
         self._writer: Any = None
@@ -91,11 +93,15 @@ class ArrowWriter:
     def close(self) -> None:
         """Write what is kept, the end-of-stream marker, and close the output. Idempotent."""
         if self._writer is None:
+            if self.error is not None:  # the stream never started: only the file is left to close
+                with contextlib.suppress(OSError):
+                    self._out.close()
             return
         with signals_held():   # a second Ctrl-C here still gets a complete stream
             self.flush()
             writer, self._writer = self._writer, None
             self._guard(writer.close)
+            self._guard(self._out.flush)  # the end of the stream: a failed write is reported, not lost
             with contextlib.suppress(OSError):   # after a broken pipe: the fd points at /dev/null
                 self._out.close()
 
@@ -116,8 +122,9 @@ class ArrowWriter:
         except OSError as e:   # pyarrow raises its own OSError for a failed Python-file write
             if isinstance(e.__context__, BrokenPipeError) or "Broken pipe" in str(e):
                 self._reader_gone()
-            else:
-                raise
+            else:  # a full disk, /dev/full: nothing more is written; the command reports ``error``
+                self.error = e
+                self._reader_gone()
         return None
 
     def _reader_gone(self) -> None:

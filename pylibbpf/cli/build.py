@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import build
 from ..errors import BPFError
+from ._common import write_output
 
 
 def add_parser(sub: Any) -> None:
@@ -51,7 +52,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             for wanted, path in ((args.print_include_dir, build.include_dir),
                                  (args.print_vmlinux_h, build.vmlinux_h)):
                 if wanted:
-                    sys.stdout.write(path() + "\n")
+                    write_output(sys.stdout, path() + "\n")
             return 0
         if args.source is None:
             return _fail("a source file is needed (pylibbpf build PROG.bpf.c [-o PROG.bpf.o])")
@@ -65,5 +66,5 @@ def cmd_build(args: argparse.Namespace) -> int:
         return _fail(f"{e.strerror} ({e.what})")
     except (OSError, RuntimeError, ValueError) as e:  # CompileError is a RuntimeError
         return _fail(str(e))
-    sys.stdout.write(f"{out}\n")
+    write_output(sys.stdout, f"{out}\n")
     return 0

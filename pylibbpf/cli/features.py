@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import sys
 from typing import Any
 
 from .. import features
+from ..errors import BPFError
+from ._common import privilege_error, write_output
 
 #: The attach calls and the probes each depends on (names of features.report()).
 NEEDS = {
@@ -33,12 +37,19 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_features(args: argparse.Namespace) -> int:
-    report = features.report()
+    try:
+        report = features.report()
+    except BPFError as e:
+        if e.errno in (errno.EPERM, errno.EACCES):
+            raise privilege_error(e) from e
+        raise
     if args.json:
-        print(json.dumps(report, indent=2))
+        write_output(sys.stdout, json.dumps(report, indent=2) + "\n")
         return 0
     width = max(len(name) for name in NEEDS)
+    lines = []
     for name, needs in NEEDS.items():
         missing = [n for n in needs if not report[n]]
-        print(f"{name:<{width}}  {'yes' if not missing else 'no: missing ' + ', '.join(missing)}")
+        lines.append(f"{name:<{width}}  {'yes' if not missing else 'no: missing ' + ', '.join(missing)}\n")
+    write_output(sys.stdout, "".join(lines))
     return 0

@@ -20,9 +20,7 @@ from typing import Any
 from ..btf import printable_name
 from ..errors import BPFError
 from ..object import BPFObject
-from ._common import (
-    CommandError,
-)
+from ._common import CommandError, write_output
 
 
 def describe_object(obj: BPFObject, only: str | None = None) -> dict[str, Any]:
@@ -98,8 +96,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     with obj:
         info = describe_object(obj, args.struct)
     text = json.dumps(info, indent=2) if args.json else format_description(info)
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+    write_output(sys.stdout, text + "\n")
     return 0
 
 

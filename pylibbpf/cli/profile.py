@@ -23,14 +23,18 @@ mappings left to read: its frames print as ``[unknown:ADDRESS]``). Output, on st
 - default: the ``--top`` (default 10) hottest stacks, hottest first, each as
   bcc's profile prints it: frames innermost first (kernel, then user), a line
   ``-  COMM (PID)``, then the count;
-- ``--folded``: one line per stack, ``comm;outer;...;inner COUNT``, root first
-  as flamegraph.pl and speedscope read it, kernel frames suffixed ``_[k]``;
+- ``--folded``: bcc's ``profile -fa`` format: one line per stack,
+  ``comm;outer;...;inner COUNT``, root first as flamegraph.pl and speedscope
+  read it, kernel frames suffixed ``_[k]``;
 - ``--json``: one object with the stacks and their frames' addresses.
 
 Stacks that differ only in addresses within the same functions are one stack
 in the table and the folded output; ``--json`` keeps each recorded stack.
 A summary (samples, stacks, stacks the kernel could not record) goes to
-stderr. Exit status 0 on every normal end, a closed stdout included.
+stderr. Exit status 0 on every normal end, a closed stdout included. Once the
+sampling ended ("symbolizing the stacks..." on stderr), a Ctrl-C or SIGTERM
+no longer loses the output: the first is held until it is printed, a second
+one stops at once.
 """
 
 from __future__ import annotations
@@ -40,11 +44,13 @@ import dataclasses
 import errno
 import json
 import os
+import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TextIO
+from types import FrameType
+from typing import Any
 
 from ..errors import BPFError
 from ..features import online_cpus
@@ -57,14 +63,17 @@ from ._common import (
     StatusLine,
     Terminate,
     check_btf,
+    cpu_number,
     detach,
     load_object,
     open_bundled,
+    pid_number,
     pipe_broken,
     point_at_devnull,
     positive_float,
     positive_int,
     privilege_error,
+    write_output,
 )
 
 #: bcc's profile samples at 49 Hz by default (not a multiple of common timer frequencies).
@@ -288,6 +297,37 @@ def _kernel_symbols(wanted: bool) -> KernelSymbols | None:
         raise CommandError(f"cannot read the kernel's symbols: {e}") from e
 
 
+class _StopSignals:
+    """SIGINT and SIGTERM for one run: while sampling, the first ends the sampling (KeyboardInterrupt,
+    Terminate); from then on, while the stacks are read, symbolized and printed, the first is held
+    (the output is not lost: the command then ends as it would anyway, status 0) and a second one
+    stops at once. The handler itself leaves the sampling state, so no signal falls between the two.
+    Only the main thread can set handlers: elsewhere, nothing changes."""
+
+    def __init__(self) -> None:
+        self.sampling = True
+        self.held: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+    def finished_sampling(self) -> None:
+        self.sampling = False
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.sampling or self.held:
+            self.sampling = False
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminate
+        self.held.append(signum)
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     """Sample until the end, then print the stacks; exit 0 on every normal end."""
     check_btf()
@@ -296,7 +336,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     lock = threading.Lock()
     status = StatusLine(sys.stderr, lock)
     with open_profile(pid=args.pid, kernel=not args.user_only, user=not args.kernel_only, idle=args.include_idle,
-                      verbose=args.verbose) as obj:
+                      verbose=args.verbose) as obj, _StopSignals() as stop:
         symbols = Symbolizer(_kernel_symbols(not args.user_only))
         if args.pid is not None:
             symbols.watch(args.pid)  # its mappings, read while it surely runs
@@ -311,30 +351,33 @@ def cmd_profile(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"sampling {where} at {args.frequency} Hz{what}... {until}\n")
                 sys.stderr.flush()
                 gone = _wait(started, args.duration, status, lambda: _watch_sampled(obj, symbols))
+                stop.finished_sampling()
             except (KeyboardInterrupt, Terminate):
+                stop.finished_sampling()
                 gone = False
         finally:
-            try:
-                detach(links)
-            except (KeyboardInterrupt, Terminate):
-                pass
+            stop.finished_sampling()  # an error: what follows only cleans up
+            detach(links)
         elapsed = time.monotonic() - started
         with lock:
             status.clear()
         if gone:
             return 0  # nobody reads the output
+        # Symbolizing many stacks takes a while: say so (a Ctrl-C now still prints them).
+        sys.stderr.write("sampling ended; symbolizing the stacks...\n")
+        sys.stderr.flush()
         stacks = read_stacks(obj, symbols)
-    if args.json:
-        text = format_json(stacks, args.top, frequency=args.frequency, seconds=elapsed)
-    elif args.folded:
-        text = format_folded(stacks, args.top)
-    else:
-        text = format_table(stacks, args.top or DEFAULT_TOP)
-    _write(sys.stdout, text)
-    missed = sum(s.count for s in stacks if s.missed_kernel or s.missed_user)
-    sys.stderr.write(f"{sum(s.count for s in stacks)} samples, {len(stacks)} distinct stacks in {elapsed:.1f} s"
-                     + (f"; {missed} samples with a stack the kernel could not record (hash collision or "
-                        "stack map full)" if missed else "") + "\n")
+        if args.json:
+            text = format_json(stacks, args.top, frequency=args.frequency, seconds=elapsed)
+        elif args.folded:
+            text = format_folded(stacks, args.top)
+        else:
+            text = format_table(stacks, args.top or DEFAULT_TOP)
+        write_output(sys.stdout, text)
+        missed = sum(s.count for s in stacks if s.missed_kernel or s.missed_user)
+        sys.stderr.write(f"{sum(s.count for s in stacks)} samples, {len(stacks)} distinct stacks in {elapsed:.1f} s"
+                         + (f"; {missed} samples with a stack the kernel could not record (hash collision or "
+                            "stack map full)" if missed else "") + "\n")
     return 0
 
 
@@ -365,28 +408,21 @@ def _wait(started: float, duration: float | None, status: StatusLine, every_seco
         time.sleep(min(_TICK, end - now) if end is not None else _TICK)
 
 
-def _write(stream: TextIO, text: str) -> None:
-    """Write the output; a reader that went away is not an error."""
-    try:
-        stream.write(text)
-        stream.flush()
-    except BrokenPipeError:
-        point_at_devnull(stream)
-
-
 def add_parser(sub: Any) -> None:
     """Register ``profile`` on the command's subparsers (``sub.add_parser``)."""
     p = sub.add_parser("profile", help="sample stacks on every CPU (a sampling profiler)",
                        description="Sample the running kernel and user stacks with a cpu-clock perf event on "
-                       "every CPU; at the end print the hottest stacks, symbolized (or folded, for flame graphs).")
+                       "every CPU; at the end print the hottest stacks, symbolized (or, with --folded, in bcc's "
+                       "`profile -fa` folded format, for flame graphs).")
     p.add_argument("-F", "--frequency", type=positive_int, default=DEFAULT_FREQUENCY, metavar="HZ",
                    help=f"samples a second on each CPU (default {DEFAULT_FREQUENCY})")
-    p.add_argument("--cpu", type=int, metavar="N", help="only CPU N (default: every online CPU)")
-    p.add_argument("--pid", type=positive_int, metavar="P", help="only process P (filtered in the kernel)")
+    p.add_argument("--cpu", type=cpu_number, metavar="N", help="only CPU N (default: every online CPU)")
+    p.add_argument("--pid", type=pid_number, metavar="P", help="only process P (filtered in the kernel)")
     p.add_argument("--duration", type=positive_float, metavar="S", help="stop after S seconds (default: Ctrl-C)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--folded", action="store_true",
-                     help="one `comm;outer;...;inner COUNT` line per stack (flamegraph.pl, speedscope)")
+                     help="bcc's `profile -fa` format: one `comm;outer;...;inner COUNT` line per stack, root "
+                     "first, kernel frames suffixed _[k] (for flamegraph.pl, speedscope)")
     out.add_argument("--json", action="store_true", help="one JSON object with every stack and its addresses")
     p.add_argument("--top", type=positive_int, metavar="N",
                    help=f"only the N hottest stacks (default: {DEFAULT_TOP} in the table, all otherwise)")

@@ -41,6 +41,8 @@ from ._common import (
     detach,
     load_object,
     open_bundled,
+    output_error,
+    pid_number,
     pipe_broken,
     point_at_devnull,
     positive_float,
@@ -129,6 +131,8 @@ class _Output:
         self._unit = unit
         self._per_process = per_process
         self.gone = False
+        #: Why the output could not be written (not a closed pipe: that is ``gone`` alone).
+        self.error: OSError | None = None
 
     def interval(self, obj: BPFObject, hists: dict[int, Histogram]) -> None:
         comms = {pid: _comm(obj, pid) for pid in hists} if self._per_process else {}
@@ -158,6 +162,9 @@ class _Output:
                 self._stream.write(text)
                 self._stream.flush()
             except BrokenPipeError:
+                self._reader_gone()
+            except OSError as e:
+                self.error = e
                 self._reader_gone()
 
     def reader_gone(self) -> bool:
@@ -207,6 +214,8 @@ def cmd_runqlat(args: argparse.Namespace) -> int:
                 pass
         with lock:
             status.clear()
+    if out.error is not None:
+        raise output_error(out.error)
     return 0
 
 
@@ -236,11 +245,18 @@ def add_parser(sub: Any) -> None:
                        description="How long runnable tasks wait for a CPU (sched_wakeup/sched_switch), "
                        "as a log2 histogram printed every --interval (default: once, at the end).")
     p.add_argument("--interval", type=positive_float, metavar="S", help="print (and reset) every S seconds")
-    p.add_argument("--count", type=positive_int, metavar="N", help="stop after N intervals")
+    p.add_argument("--count", type=positive_int, metavar="N", help="stop after N intervals (needs --interval)")
     p.add_argument("--duration", type=positive_float, metavar="S", help="stop after S seconds")
     p.add_argument("-m", "--milliseconds", action="store_true", help="slots of milliseconds (default: microseconds)")
-    p.add_argument("--pid", type=positive_int, metavar="P", help="only the threads of process P")
+    p.add_argument("--pid", type=pid_number, metavar="P", help="only the threads of process P")
     p.add_argument("-P", "--per-process", action="store_true", help="one histogram per process")
     p.add_argument("--json", action="store_true", help="one JSON object per interval")
     p.add_argument("-v", "--verbose", action="store_true", help="show libbpf's messages and verifier logs")
-    p.set_defaults(func=cmd_runqlat)
+    p.set_defaults(func=cmd_runqlat, check_args=check_args)
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The option combinations argparse cannot check; ``parser.error`` (exit 2) names the conflict."""
+    if args.count is not None and args.interval is None:
+        # as bcc's `runqlat [interval [count]]`: a count of intervals needs their length
+        parser.error("--count counts intervals: give --interval S too (or --duration S for one histogram)")

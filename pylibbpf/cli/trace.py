@@ -56,6 +56,8 @@ from ._common import attach_all as _attach_all
 from ._common import check_btf as _check_btf
 from ._common import detach as _detach
 from ._common import load_object as _load
+from ._common import output_error as _output_error
+from ._common import pid_number as _pid_number
 from ._common import pipe_broken as _pipe_broken
 from ._common import point_at_devnull as _point_at_devnull
 from ._common import positive_float as _positive_float
@@ -189,6 +191,8 @@ class EventPrinter:
         self._shares_terminal = self._tty and status.enabled
         self.count = 0
         self.closed = threading.Event()
+        #: Why the output could not be written (not a closed pipe: that is ``closed`` alone).
+        self.error: OSError | None = None
         # bpf_ktime_get_ns() is CLOCK_MONOTONIC, as time.monotonic_ns() on Linux.
         self._wall_offset_ns = time.time_ns() - time.monotonic_ns()
 
@@ -226,6 +230,8 @@ class EventPrinter:
                     self._stream.flush()
             except BrokenPipeError:
                 self._reader_gone()
+            except OSError as e:
+                self._failed(e)
 
     def flush(self) -> None:
         """Push buffered rows out (a pipe's reader sees them within a tick)."""
@@ -236,6 +242,8 @@ class EventPrinter:
                 self._stream.flush()
             except BrokenPipeError:
                 self._reader_gone()
+            except OSError as e:
+                self._failed(e)
 
     def reader_gone(self) -> bool:
         """True once stdout's reader has gone (a write failed or the pipe reports an error)."""
@@ -247,6 +255,11 @@ class EventPrinter:
     def _reader_gone(self) -> None:
         self.closed.set()
         _point_at_devnull(self._stream)
+
+    def _failed(self, e: OSError) -> None:
+        """A write failed (a full disk): nothing more is written; the command reports ``error``."""
+        self.error = e
+        self._reader_gone()
 
 
 # --- event sources -----------------------------------------------------------------------------
@@ -569,6 +582,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
                 printer.close()   # the end-of-stream marker, on every way out
             else:
                 printer.flush()
+        if printer.error is not None:  # the events could not be written: that is the outcome
+            raise _output_error(printer.error, args.output if args.format == "arrow" and args.output != "-"
+                                else "stdout")
         elapsed = stopped - started
         stats = source.stats() if source is not None else SourceStats()
         _summary(tool, printer, stats, _kernel_drops(obj), elapsed, status, source)
@@ -627,7 +643,7 @@ def add_parser(sub: Any) -> None:
     trace.add_argument("-o", "--output", metavar="FILE|-",
                        help="where --format arrow writes its stream (-: stdout, which must not be a terminal)")
     trace.add_argument("--duration", type=_positive_float, metavar="S", help="stop after S seconds")
-    trace.add_argument("--pid", type=_positive_int, metavar="P", help="only process P (filtered in the kernel)")
+    trace.add_argument("--pid", type=_pid_number, metavar="P", help="only process P (filtered in the kernel)")
     trace.add_argument("--comm", metavar="NAME",
                        help="only processes named NAME (its first 15 bytes, as the kernel keeps them)")
     trace.add_argument("--sample", type=_rate, metavar="RATE",
@@ -638,7 +654,7 @@ def add_parser(sub: Any) -> None:
                        help="per-CPU perf buffers merged in timestamp order (late events are counted); "
                        "not with --sample or --max-pending")
     trace.add_argument("-v", "--verbose", action="store_true", help="show libbpf's messages and verifier logs")
-    trace.set_defaults(func=cmd_trace)
+    trace.set_defaults(func=cmd_trace, check_args=check_args)
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
