@@ -24,7 +24,8 @@ def test_raw_chars_set_applies_to_a_partial_record() -> None:
 
 
 def test_raw_chars_refuses_what_is_not_a_char_field() -> None:
-    with pytest.raises(ValueError, match=r"raw_chars names 'pid', which is not a char field \(char fields: comm, path\)"):
+    with pytest.raises(ValueError, match=r"raw_chars names 'pid', which is not a char field "
+                                         r"\(char fields: comm, path\)"):
         E.parse(BUF, raw_chars={"pid"})
     with pytest.raises(ValueError, match=r"raw_chars names 'nope'"):
         E.parse(BUF, raw_chars={"nope"})
@@ -40,5 +41,6 @@ def test_a_strided_view_is_refused_by_name_not_with_buffer_error() -> None:
 
 
 def test_a_lone_surrogate_names_the_field() -> None:
-    with pytest.raises(ValueError, match=r"field 'comm' \(char\[8\]\) cannot be encoded as UTF-8: '\\ud800' at position 1"):
+    with pytest.raises(ValueError,
+                       match=r"field 'comm' \(char\[8\]\) cannot be encoded as UTF-8: '\\ud800' at position 1"):
         E.serialize({"comm": "a\ud800"})
