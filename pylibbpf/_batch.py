@@ -26,6 +26,7 @@ from . import _arrow, _check, _into, _libbpf, _shim, _views
 from ._close import Closable, OneCaller, Waiter, one_caller
 from ._ffi import ffi, lib
 from .errors import ClosedError
+from .events import require_event_def
 
 CData = Any
 
@@ -230,6 +231,7 @@ class Batch:
         """
         import numpy as np
 
+        require_event_def(event_def, f"{type(self).__name__}.to_numpy")
         self.rest()
         dtype = event_def.numpy_dtype()  # an EventDef makes it once and keeps it
         size = int(event_def.size)
@@ -287,6 +289,7 @@ class Batch:
 
     def _arrow(self, event_def: Any, what: str, extra: Sequence[tuple[str, Any]]) -> Any:
         """to_arrow of Batch and OrderedBatch: the records' columns, then ``extra`` (name, Arrow array)."""
+        require_event_def(event_def, what)
         _arrow.pyarrow(what)
         self.rest()
         return _arrow.from_records(self.blob, self.starts, self.lens, len(self.starts), 0, event_def, extra)
@@ -539,7 +542,7 @@ class OrderedBatch(Batch):
         import numpy as np
 
         self.rest()   # first: the columns below line up with the records left
-        taken = set(event_def.fields)
+        taken = set(require_event_def(event_def, "OrderedBatch.to_arrow").fields)
 
         def name(base: str) -> str:
             while base in taken:

@@ -756,6 +756,14 @@ class EventDef:
         return strided.copy()
 
 
+def require_event_def(event_def: Any, what: str, param: str = "event_def") -> EventDef:
+    """``event_def`` itself when it is an EventDef; TypeError naming ``what`` and ``param`` otherwise."""
+    if not isinstance(event_def, EventDef):
+        raise TypeError(f"{what}: {param} must be an EventDef (pylibbpf.defevent, obj.btf_struct), "
+                        f"got {type(event_def).__name__} {event_def!r:.60}")
+    return event_def
+
+
 def _nbytes(buf: Any) -> int:
     """The size of a bytes-like object (a large number for anything else: parsing then says why)."""
     try:

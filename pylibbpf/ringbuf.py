@@ -35,6 +35,7 @@ from ._ffi import ffi, lib
 from ._rings import SAFETY_NET_MS, RingBufLayout, RingBufMaps, busy_pause, require_map_type
 from ._views import Chunks, chunk_slices
 from .errors import ClosedError
+from .events import require_event_def
 from .maps import Map
 
 CData = Any
@@ -237,9 +238,16 @@ class RingBuffer(BatchReader):
             calls.leave()
 
     def _rows_held(self, size: int) -> int:
-        """How many records of ``size`` bytes the rings hold now, at most (lock held)."""
+        """How many records of ``size`` bytes the rings hold now, at most (lock held).
+
+        At least 1 while any ring holds bytes: a ring holding only records
+        shorter than ``size`` must still be filled from, so that they are
+        consumed and handed to ``take_odd()``, not waited on forever.
+        """
         footprint = (size + _RINGBUF_HDR_SZ + 7) & ~7
-        return sum(_shim.plb_rb_available(view) // footprint for view in self._views)
+        held = [_shim.plb_rb_available(view) for view in self._views]
+        rows = sum(h // footprint for h in held)
+        return rows if rows or not any(held) else 1
 
     def _call_one(self, ring: int, data: memoryview) -> None:
         """A wakeup's lone record, from inside the C call that waited (:meth:`BatchReader._wait_call`).
@@ -464,11 +472,7 @@ def process_events(map: Map, callback: Callback, max_events: int | None = None, 
 
 def _event_size(event_def: Any, what: str) -> int:
     """An EventDef's record size; TypeError naming ``what`` for anything else."""
-    size = getattr(event_def, "size", None)
-    if not hasattr(event_def, "field_infos") or type(size) is not int or size < 1:
-        raise TypeError(f"{what}: event_def must be an EventDef (pylibbpf.events.defevent), "
-                        f"got {type(event_def).__name__} {event_def!r:.60}")
-    return size
+    return require_event_def(event_def, what).size
 
 
 def _deliver_then_consume(layout: RingBufLayout, records: list[bytes], callback: Callback,

@@ -26,6 +26,7 @@ from progs import emit_ring
 
 from pylibbpf import (
     BackpressureConsumer,
+    Batch,
     BPFError,
     BPFObject,
     ClosedError,
@@ -108,6 +109,12 @@ class Case:
 
 # Used by several cases: an event of the DSL's seed.
 Conn = defevent("ConnectionEvent", ("timestamp", "u64"), ("pid", "u32"), ("protocol", "u8"), ("comm", "char", 16))
+
+
+def _u4_dtype() -> Any:
+    import numpy as np
+
+    return np.dtype("u4")
 
 
 def _nothing(*_args: Any) -> None:
@@ -577,6 +584,13 @@ CASES: list[Case] = [
     Case("`Histogram.log2({3: 2**64}).to_numpy()` (a count past uint64)",
          lambda c: Histogram.log2({3: 2**64}).to_numpy(),
          OverflowError, r"the count of slot 3 is 18446744073709551616, outside uint64"),
+    # -- batches: the event_def argument ------------------------------------------------------
+    Case("`batch.to_numpy(np.dtype('u4'))` (a dtype, not an EventDef)",
+         lambda c: Batch.empty().to_numpy(_u4_dtype()),
+         TypeError, r"^Batch.to_numpy: event_def must be an EventDef \(pylibbpf.defevent, obj.btf_struct\), got "),
+    Case("`batch.to_arrow(None)`", lambda c: Batch.empty().to_arrow(None),
+         TypeError, r"^Batch.to_arrow: event_def must be an EventDef .*, got NoneType None"),
+
 ]
 
 

@@ -187,3 +187,15 @@ def test_bad_arguments(obj: BPFObject) -> None:
             rb.read_arrow(32, timeout=0)
         with pytest.raises(ValueError, match="timeout"):
             rb.read_arrow(EVENT, timeout=-1)
+
+
+def test_a_record_shorter_than_the_event_is_consumed_and_handed_back(obj: BPFObject, prog: Program) -> None:
+    # the ring holds less than one BIG_EVENT's footprint: the call still fills from it, so the short
+    # record is consumed and handed back, not left at the head for every later call to return at once
+    with RingBuffer(obj.maps["rb0"], ignore) as rb:
+        emit_ordered(prog, 1, seq=7, target=ORD_RB0)   # 32 bytes, BIG_EVENT is 632
+        assert rb.read_arrow(BIG_EVENT, timeout=30).num_rows == 0
+        assert [(o.row, len(o.data), ORD_EVENT.unpack_from(o.data)[1]) for o in rb.take_odd()] == [(0, 32, 7)]
+        assert rb.read_arrow(BIG_EVENT, timeout=0).num_rows == 0 and not rb.take_odd()
+        emit_ordered(prog, 2, seq=8, extra=600, target=ORD_RB0)
+        assert rb.read_arrow(BIG_EVENT, timeout=30).column("seq").to_pylist() == [8, 9]
