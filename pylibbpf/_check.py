@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from collections.abc import Collection
 from typing import TypeVar
@@ -185,3 +186,35 @@ def buffer(value: object, name: str) -> memoryview:
     except TypeError:
         raise TypeError(f"{name} must be bytes-like, got {_shown(value)} ({type(value).__name__})") from None
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+def _mount_point(text: str) -> str:
+    r"""A mount point as /proc/self/mountinfo writes it, unescaped (``\040`` is a space)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+
+
+def bpffs_path(value: object, name: str) -> str:
+    """A path whose directory is on a BPF file system (bpffs); ValueError naming the parameter otherwise.
+
+    What every unpin checks first, so that it never removes a file outside
+    bpffs. The directory is resolved (symlinks followed) and found in
+    /proc/self/mountinfo: the last mount at the longest mount point that
+    holds it says the file system type.
+    """
+    p = path(value, name)
+    directory = os.path.realpath(os.path.dirname(os.path.abspath(p)))
+    best, fstype = "", ""
+    with open("/proc/self/mountinfo") as mounts:
+        for line in mounts:
+            left, _, right = line.partition(" - ")
+            fields = left.split()
+            if len(fields) < 5 or not right:
+                continue
+            point = _mount_point(fields[4])
+            inside = directory == point or directory.startswith(point.rstrip("/") + "/")
+            if inside and len(point) >= len(best):
+                best, fstype = point, right.split()[0]
+    if fstype != "bpf":
+        raise ValueError(f"{name} {p!r} is not on a BPF file system (bpffs; {directory} is on "
+                         f"{fstype or 'no known mount'}): only pins on bpffs are removed")
+    return p

@@ -198,6 +198,11 @@ def bpf_link__destroy(link: CData) -> None:
     lib.bpf_link__destroy(link)
 
 
+def bpf_link__disconnect(link: CData) -> None:
+    """Make ``bpf_link__destroy`` free the link without detaching it."""
+    lib.bpf_link__disconnect(link)
+
+
 def bpf_link__fd(link: CData) -> int:
     return int(lib.bpf_link__fd(link))
 
@@ -743,6 +748,24 @@ def bpf_obj_pin(fd: int, path: str, what: str) -> None:
 
 def bpf_obj_get(path: str, what: str) -> int:
     return check(lib.bpf_obj_get(cstr(path)), what)
+
+
+def bpf_fd_kind(fd: int) -> str:
+    """What a BPF fd is: ``"prog"``, ``"map"``, ``"link"``, ``"btf"`` ('' for any other file).
+
+    Read from the name of the fd's anonymous inode, which the kernel gives
+    each kind of BPF object (``anon_inode:bpf-prog``, ``anon_inode:bpf-map``;
+    a link is ``bpf_link`` when created, ``bpf-link`` when reopened from a
+    pin): a pin reopened with ``bpf_obj_get`` says what it is before it is
+    used as one.
+    """
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+    kinds = {"anon_inode:bpf-prog": "prog", "anon_inode:bpf-map": "map", "anon_inode:bpf_link": "link",
+             "anon_inode:bpf-link": "link", "anon_inode:btf": "btf"}
+    return kinds.get(target, "")
 
 
 def bpf_iter_create(link_fd: int, what: str) -> int:

@@ -60,6 +60,36 @@ def _free_object(ptr: CData, keepalive: list[Any]) -> None:
     keepalive.clear()
 
 
+class _ObjectMemory:
+    """libbpf's ``struct bpf_object``, freed when its BPFObject and every link made from it are done.
+
+    Counted users: the BPFObject until ``close()``, and each link its programs
+    made until the link is destroyed. A USDT link detaches through the
+    object's USDT bookkeeping, so the object's memory must outlive it; the
+    finalizer frees it anyway if this holder is collected first.
+    """
+
+    def __init__(self, ptr: CData, keepalive: list[Any]) -> None:
+        self._lock = threading.Lock()
+        self._users = 1
+        self._free = _close.finalizer(self, _free_object, ptr, keepalive)
+        _close.after_fork(self)
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+
+    def hold(self) -> None:
+        with self._lock:
+            self._users += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            last = self._users == 0
+        if last:
+            self._free()
+
+
 class BPFObject:
     """A BPF ELF object (``bpf_object``): open it, load it, then use its programs and maps.
 
@@ -68,8 +98,13 @@ class BPFObject:
     loads the programs (LoadError with the verifier log's tail when the kernel
     refuses one). ``close()`` is idempotent and also available as a context
     manager; programs, maps and the object itself raise ClosedError after it.
-    Links made by ``attach_all()``/``Program.attach()`` are independent and stay
-    attached until destroyed.
+
+    Every link its programs make (``attach_all()``, ``Program.attach*()``) is
+    kept by the object until ``close()``, as a C skeleton keeps its links: a
+    Link the caller drops stays attached. ``close()`` destroys the links no
+    one else holds; a Link the caller still holds stays attached until it is
+    destroyed (the program stays loaded for it, and the object's libbpf memory
+    until the last such link is gone).
 
     An object dropped without ``close()`` is closed when garbage collected
     (its programs and maps keep it alive while they are referenced), but not
@@ -83,12 +118,15 @@ class BPFObject:
         self._loaded = False
         self._load_failed = False
         self._lock = threading.Lock()
-        # Safety net only: close() is the contract, and disarms it.
-        self._finalizer = _close.finalizer(self, _free_object, ptr, keepalive)
+        self._links: list[Link] = []
+        # Freed once this object is closed and every link made from it is destroyed; its finalizer
+        # is the safety net for an object dropped without close().
+        self._memory = _ObjectMemory(ptr, keepalive)
         _close.after_fork(self)
         self.programs: NamedTable[Program] = NamedTable(
             "program", name,
-            {p.name: p for p in (Program(x, alive=self._check) for x in _libbpf.bpf_object__programs(ptr))})
+            {p.name: p for p in (Program(x, alive=self._check, keeper=self)
+                                 for x in _libbpf.bpf_object__programs(ptr))})
         btf = _libbpf.bpf_object__btf(ptr)
         btf = None if btf == ffi.NULL else btf
         maps = [Map(self, x, btf) for x in _libbpf.bpf_object__maps(ptr)]
@@ -225,6 +263,25 @@ class BPFObject:
             raise
         return links
 
+    def keep_link(self, link: Link) -> None:
+        """Keep ``link`` attached until ``close()`` (every attach call of the object's programs does this).
+
+        The link also holds the object's libbpf memory until it is destroyed.
+        ClosedError once the object is closed.
+        """
+        with self._lock:
+            self._check()
+            link.hold(self._memory)
+            self._memory.hold()
+            self._links = [kept for kept in self._links if not kept.destroyed]
+            self._links.append(link)
+
+    @property
+    def links(self) -> list[Link]:
+        """The links the object keeps (made by its programs, not destroyed yet)."""
+        with self._lock:
+            return [link for link in self._links if not link.destroyed]
+
     def btf_struct(self, name: str) -> Any:
         """The layout of ``struct name`` from the object's BTF, as an EventDef.
 
@@ -249,13 +306,21 @@ class BPFObject:
         return ptr
 
     def close(self) -> None:
-        """Free the object (maps and programs leave the kernel unless pinned or linked). Idempotent."""
+        """Close the object: its links no one else holds are destroyed, its maps and programs freed.
+
+        Maps and programs leave the kernel unless pinned or held by a link the
+        caller still holds. Idempotent.
+        """
         with self._lock:
             if self._ptr is None:
                 return
             self.globals.close()  # waits for a read or write of a section in progress
             self._ptr = None
-            self._finalizer()  # _free_object, once
+            links, self._links = self._links, []
+        # The links only this object held are collected here, and their finalizers detach them;
+        # a link the caller holds keeps working (and keeps the object's memory) until destroyed.
+        del links
+        self._memory.release()
 
     @property
     def closed(self) -> bool:

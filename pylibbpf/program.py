@@ -4,9 +4,13 @@ A :class:`Program` is either one program of a :class:`~pylibbpf.BPFObject`
 (valid while its object is open) or a program that owns its fd (loaded from
 raw instructions by :func:`pylibbpf.asm.load_program`, or reopened from bpffs
 by :meth:`Program.open_pinned`). Every ``attach_*`` method returns a
-:class:`Link` (a list of them for per-CPU perf events): the attachment lasts
-until the link is destroyed (or its last pin is removed), independently of
-the object.
+:class:`Link` (a list of them for per-CPU perf events). A program of an
+object hands each link it makes to the object, which keeps it until
+``obj.close()``: dropping the returned Link does not detach (as a C
+skeleton's links). ``link.destroy()`` detaches on purpose; a Link the caller
+still holds when the object closes stays attached until it is destroyed, and
+the object's libbpf memory, which some links use when they detach (USDT),
+stays until the last of them is.
 
 Where the kernel lacks what an attach needs (kprobes, a hardware PMU), the
 error says so; :mod:`pylibbpf.features` answers the same questions ahead of time.
@@ -17,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import shutil
 import socket
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
@@ -26,6 +31,19 @@ from ._ffi import ffi, lib
 from .errors import BPFError, ClosedError
 
 CData = Any
+
+
+# Program types whose BPF_PROG_TEST_RUN writes the context back to ctx_out (net/bpf/test_run.c:
+# the skb, xdp, flow dissector and sk_lookup runners); SEC("syscall") writes it into ctx_in.
+_CTX_OUT_TYPES = frozenset(getattr(lib, f"BPF_PROG_TYPE_{name}") for name in (
+    "SOCKET_FILTER", "SCHED_CLS", "SCHED_ACT", "CGROUP_SKB", "LWT_IN", "LWT_OUT", "LWT_XMIT",
+    "LWT_SEG6LOCAL", "XDP", "FLOW_DISSECTOR", "SK_LOOKUP"))
+
+
+class LinkKeeper(Protocol):
+    """What keeps the links a program makes: its object (see :meth:`~pylibbpf.BPFObject.keep_link`)."""
+
+    def keep_link(self, link: Link) -> None: ...
 
 
 class HasFd(Protocol):
@@ -39,13 +57,21 @@ class HasFd(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class TestRun:
-    """The result of ``BPF_PROG_TEST_RUN``: the program's return value, ns per run, output bytes."""
+    """The result of ``BPF_PROG_TEST_RUN``: return value, ns per run, the data and context out.
+
+    ``data_out``: the packet data as the program left it (``data_size_out``
+    bytes at most); ``ctx_out``: the context as the program left it, for the
+    types whose test run hands it back (skb and xdp programs, flow
+    dissector, sk_lookup, and ``SEC("syscall")``'s argument struct); the
+    context as passed for the others, ``b""`` when none was passed.
+    """
 
     __test__ = False  # not a pytest test class
 
     retval: int
     duration_ns: int
     data_out: bytes
+    ctx_out: bytes = b""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,11 +191,13 @@ class Program:
     """
 
     def __init__(self, ptr: CData, *, alive: Callable[[], object] | None = None, fd: int | None = None,
-                 name: str = "", prog_type: int = -1) -> None:
+                 name: str = "", prog_type: int = -1, keeper: LinkKeeper | None = None) -> None:
         """``ptr``: the ``struct bpf_program *`` (None for an fd-owning program); ``alive``:
-        raises ClosedError once the owner is closed; ``fd``: an fd this Program owns."""
+        raises ClosedError once the owner is closed; ``fd``: an fd this Program owns;
+        ``keeper``: the object that keeps every link this program makes."""
         self._ptr = ptr
         self._alive = alive
+        self._keeper = keeper
         self._own_fd = fd
         self._finalizer = _close.finalizer(self, os.close, fd) if fd is not None else None
         if ptr is not None:
@@ -211,16 +239,16 @@ class Program:
 
         It can be attached with the fd-based calls, run, pinned again and
         asked for stats; close it when done. BPFError (ENOENT) for a missing
-        path, (EINVAL) for a pin that is not a program.
+        path, (EINVAL) for a pin that is not a program (naming what it is).
         """
         p = _check.path(path, "path")
         what = f"bpf_obj_get({p})"
-        fd = _libbpf.bpf_obj_get(p, what)
+        fd = open_pinned_fd(p, "prog", what)
         try:
             info = _libbpf.bpf_prog_get_info_by_fd(fd, what)
-        except BPFError:
+        except BaseException:
             os.close(fd)
-            raise BPFError(errno.EINVAL, f"{p} is not a pinned program", what) from None
+            raise
         return cls(None, fd=fd, name=_libbpf.string(info.name), prog_type=int(info.type))
 
     def close(self) -> None:
@@ -330,6 +358,13 @@ class Program:
 
     # --- attaching ------------------------------------------------------------------------------
 
+    def _new_link(self, ptr: CData, *, fd: int | None = None, iterator: bool = False) -> Link:
+        """A Link for what an attach call made, handed to the object that keeps it until it closes."""
+        link = Link(ptr, self.name, fd=fd, iterator=iterator)
+        if self._keeper is not None:
+            self._keeper.keep_link(link)
+        return link
+
     def attach(self) -> Link:
         """Attach by the SEC() name (``bpf_program__attach``); the Link detaches when destroyed.
 
@@ -340,7 +375,7 @@ class Program:
         what = f"bpf_program__attach({self.name})"
         ptr = self._attach_ptr(what)
         try:
-            return Link(_libbpf.bpf_program__attach(ptr, what), self.name)
+            return self._new_link(_libbpf.bpf_program__attach(ptr, what))
         except BPFError as e:
             if e.errno == errno.EOPNOTSUPP:
                 raise BPFError(e.errno, f"SEC({self.section!r}) does not say where to attach: "
@@ -357,7 +392,7 @@ class Program:
         what = f"bpf_program__attach_tracepoint({self.name}, {category}/{name})"
         ptr = self._attach_ptr(what)
         try:
-            return Link(_libbpf.bpf_program__attach_tracepoint(ptr, category, name, what), self.name)
+            return self._new_link(_libbpf.bpf_program__attach_tracepoint(ptr, category, name, what))
         except BPFError as e:
             if e.errno == errno.ENOENT:
                 raise BPFError(e.errno, f"no tracepoint {category}/{name} (see {features.tracefs_dir()}"
@@ -373,7 +408,7 @@ class Program:
         what = f"bpf_program__attach_raw_tracepoint({self.name}, {name})"
         ptr = self._attach_ptr(what)
         try:
-            return Link(_libbpf.bpf_program__attach_raw_tracepoint(ptr, name, what), self.name)
+            return self._new_link(_libbpf.bpf_program__attach_raw_tracepoint(ptr, name, what))
         except BPFError as e:
             if e.errno == errno.ENOENT:
                 raise BPFError(e.errno, f"no raw tracepoint {name!r}", what) from None
@@ -392,7 +427,7 @@ class Program:
         missing = features.kprobes_missing()
         if missing:
             raise BPFError(errno.EOPNOTSUPP, missing, what)
-        return Link(_libbpf.bpf_program__attach_kprobe_opts(ptr, func, bool(retprobe), offset, what), self.name)
+        return self._new_link(_libbpf.bpf_program__attach_kprobe_opts(ptr, func, bool(retprobe), offset, what))
 
     def attach_uprobe(self, binary: str | os.PathLike[str], symbol: str | None = None, *, offset: int = 0,
                       pid: int = -1, retprobe: bool = False) -> Link:
@@ -417,10 +452,13 @@ class Program:
         try:
             link = _libbpf.bpf_program__attach_uprobe_opts(ptr, pid, path, offset, symbol, bool(retprobe), what)
         except BPFError as e:
+            if e.errno == errno.ENOENT and not _binary_found(path):
+                raise BPFError(e.errno, f"binary {path!r} not found (searched PATH and the library "
+                               "directories)", what) from None
             if e.errno == errno.ENOENT and symbol is not None:
                 raise BPFError(e.errno, f"no symbol {symbol!r} in {path}", what) from None
             raise
-        return Link(link, self.name)
+        return self._new_link(link)
 
     def attach_usdt(self, binary: str | os.PathLike[str], provider: str, name: str, *, pid: int = -1,
                     cookie: int = 0) -> Link:
@@ -443,7 +481,7 @@ class Program:
             if e.errno == errno.ENOENT:
                 raise BPFError(e.errno, f"no USDT probe {provider}:{name} in {path}{_said(e)}", what) from None
             raise
-        return Link(link, self.name)
+        return self._new_link(link)
 
     def attach_perf_event(self, event: str | tuple[int, int] = "cpu-clock", *, frequency: int | None = None,
                           period: int | None = None, cpus: Iterable[int] | None = None,
@@ -490,7 +528,7 @@ class Program:
             for cpu in targets:
                 pfd = self._open_perf_event(etype, config, amount, freq, pid, cpu, label)
                 try:
-                    links.append(Link(_libbpf.bpf_program__attach_perf_event(ptr, pfd, what), self.name))
+                    links.append(self._new_link(_libbpf.bpf_program__attach_perf_event(ptr, pfd, what)))
                 except BaseException:
                     os.close(pfd)  # libbpf owns the fd only once the link exists
                     raise
@@ -532,10 +570,10 @@ class Program:
         ifindex = interface_index(interface, f"attach_xdp({self.name})")
         what = f"attach_xdp({self.name}, {interface}, {mode})"
         if mode == "default":
-            return Link(_libbpf.bpf_program__attach_xdp(self._attach_ptr(what), ifindex, what), self.name)
+            return self._new_link(_libbpf.bpf_program__attach_xdp(self._attach_ptr(what), ifindex, what))
         fd = _libbpf.bpf_link_create(self._loaded_fd(what), ifindex, lib.BPF_XDP, _libbpf.bpf_xdp_flags(mode),
                                      what)
-        return Link(None, self.name, fd=fd)
+        return self._new_link(None, fd=fd)
 
     def attach_tcx(self, interface: str | int, direction: str = "ingress") -> Link:
         """Attach this ``SEC("tc")``/``SEC("tcx/...")`` program to an interface's ingress or egress (tcx).
@@ -548,10 +586,10 @@ class Program:
         attach_type = lib.BPF_TCX_INGRESS if direction == "ingress" else lib.BPF_TCX_EGRESS
         ptr = self._check()
         if ptr is not None and _libbpf.bpf_program__expected_attach_type(ptr) == attach_type:
-            return Link(_libbpf.bpf_program__attach_tcx(self._attach_ptr(what), ifindex, what), self.name)
+            return self._new_link(_libbpf.bpf_program__attach_tcx(self._attach_ptr(what), ifindex, what))
         # The SEC() named the other direction (or none): the kernel takes either for a tc program.
         fd = _libbpf.bpf_link_create(self._loaded_fd(what), ifindex, attach_type, 0, what)
-        return Link(None, self.name, fd=fd)
+        return self._new_link(None, fd=fd)
 
     def attach_cgroup(self, path: str | os.PathLike[str]) -> Link:
         """Attach this cgroup program to the cgroup v2 directory ``path`` (its SEC() gives the hook).
@@ -569,7 +607,7 @@ class Program:
                            f"{features.cgroup2_mount() or 'no place'})", what)
         fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            return Link(_libbpf.bpf_program__attach_cgroup(ptr, fd, what), self.name)
+            return self._new_link(_libbpf.bpf_program__attach_cgroup(ptr, fd, what))
         finally:
             os.close(fd)  # the link holds the cgroup
 
@@ -585,7 +623,7 @@ class Program:
             map_fd = map.fd
             if map_fd < 0:
                 raise BPFError(errno.EINVAL, f"map {map.name!r} is not created: call BPFObject.load() first", what)
-        return Link(_libbpf.bpf_program__attach_iter(ptr, map_fd, what), self.name, iterator=True)
+        return self._new_link(_libbpf.bpf_program__attach_iter(ptr, map_fd, what), iterator=True)
 
     # --- running, statistics, pinning -----------------------------------------------------------
 
@@ -600,7 +638,7 @@ class Program:
         """
         what = f"bpf_prog_test_run_opts({self.name})"
         data, ctx = bytes(_check.buffer(data, "data")), bytes(_check.buffer(ctx, "ctx"))
-        repeat = _check.integer(repeat, "repeat", lo=1, hi=_check.UINT32_MAX)
+        repeat = _check.integer(repeat, "repeat", lo=1, hi=_check.INT32_MAX)  # struct bpf_test_run_opts: int
         cpu = _check.optional_integer(cpu, "cpu", lo=0, hi=_check.UINT32_MAX)
         data_size_out = _check.optional_integer(data_size_out, "data_size_out", lo=0, hi=_check.UINT32_MAX)
         fd = self._loaded_fd(what)
@@ -617,11 +655,18 @@ class Program:
             dout = ffi.new("char[]", out_size)
             opts.data_out = dout
             opts.data_size_out = out_size
+        ctx_back = self.type in _CTX_OUT_TYPES
         if ctx:
-            cin = ffi.from_buffer(bytes(ctx))
+            # A writable copy: SEC("syscall") programs write their context back into ctx_in.
+            cin = ffi.new("char[]", ctx)
             keep.append(cin)
             opts.ctx_in = cin
             opts.ctx_size_in = len(ctx)
+            if ctx_back:  # the other types (raw_tp, tracing...) refuse a ctx_out buffer: EINVAL
+                cout = ffi.new("char[]", len(ctx))
+                keep.append(cout)
+                opts.ctx_out = cout
+                opts.ctx_size_out = len(ctx)
         # The kernel runs once for repeat 0; some types (syscall) refuse any other value.
         opts.repeat = repeat if repeat > 1 else 0
         if cpu is not None:
@@ -629,7 +674,15 @@ class Program:
             opts.cpu = cpu
         _libbpf.bpf_prog_test_run_opts(fd, opts, what)
         out = bytes(ffi.buffer(opts.data_out, opts.data_size_out)) if out_size else b""
-        return TestRun(int(opts.retval), int(opts.duration), out)
+        if not ctx:
+            ctx_out = b""
+        elif self.type == lib.BPF_PROG_TYPE_SYSCALL:
+            ctx_out = bytes(ffi.buffer(opts.ctx_in, len(ctx)))
+        elif ctx_back:
+            ctx_out = bytes(ffi.buffer(opts.ctx_out, opts.ctx_size_out))
+        else:
+            ctx_out = ctx  # a context the kernel does not hand back: as it was passed
+        return TestRun(int(opts.retval), int(opts.duration), out, ctx_out)
 
     def stats(self) -> ProgramStats:
         """The kernel's run count and total run time of this program (``bpf_prog_get_info_by_fd``).
@@ -657,17 +710,19 @@ class Program:
             _libbpf.bpf_obj_pin(self._loaded_fd(what), p, what)
 
     def unpin(self, path: str | os.PathLike[str]) -> None:
-        """Remove the pin at ``path`` (the program stays loaded while anything else holds it)."""
-        p = _check.path(path, "path")
+        """Remove this program's pin at ``path`` (the program stays loaded while anything else holds it).
+
+        ValueError for a path outside bpffs; BPFError (ENOENT) when nothing is
+        pinned there, (EINVAL) when what is pinned there is not this program.
+        """
+        p = _check.bpffs_path(path, "path")
+        what = f"unpin({self.name}, {p})"
+        pinned_here(p, "prog", self._loaded_fd(what), what)
         ptr = self._check()
         if ptr is not None:
             _libbpf.bpf_program__unpin(ptr, p, f"bpf_program__unpin({self.name}, {p})")
         else:
-            try:
-                os.unlink(p)
-            except OSError as e:
-                raise BPFError(e.errno or errno.EINVAL, f"cannot unpin {p}: {e.strerror}",
-                               f"unpin({self.name})") from None
+            _unlink_pin(p, what)
 
     def __repr__(self) -> str:
         return f"<Program {self.name!r} {self.type_name} sec={self.section!r}>"
@@ -678,6 +733,66 @@ def _said(e: BPFError) -> str:
     text = str(e.strerror)
     at = text.find(" (libbpf: ")
     return text[at:] if at >= 0 else ""
+
+
+def open_pinned_fd(path: str, kind: str, what: str) -> int:
+    """``bpf_obj_get(path)``, checked to be a ``kind`` (``prog``, ``map``, ``link``): the new fd.
+
+    BPFError (ENOENT) when nothing is pinned there, (EINVAL) naming what the
+    pin holds when it is another kind of BPF object.
+    """
+    fd = _libbpf.bpf_obj_get(path, what)
+    found = _libbpf.bpf_fd_kind(fd)
+    if found != kind:
+        os.close(fd)
+        names = {"prog": "program", "map": "map", "link": "link", "btf": "BTF object"}
+        raise BPFError(errno.EINVAL, f"{path} holds a pinned {names.get(found, 'object of unknown kind')}, "
+                       f"not a {names[kind]}", what)
+    return fd
+
+
+def _object_id(fd: int) -> int:
+    """The kernel id of a BPF program, map or link fd (from /proc/self/fdinfo), 0 when it has none."""
+    with open(f"/proc/self/fdinfo/{fd}") as info:
+        for line in info:
+            key, _, value = line.partition(":")
+            if key in ("prog_id", "map_id", "link_id"):
+                return int(value)
+    return 0
+
+
+def pinned_here(path: str, kind: str, fd: int, what: str) -> None:
+    """Check that the ``kind`` pinned at ``path`` is the object behind ``fd`` (same kernel id).
+
+    BPFError (ENOENT) when nothing is pinned there, (EINVAL) when the pin
+    holds something else: an unpin then removes only its own pin.
+    """
+    pinned = open_pinned_fd(path, kind, what)
+    try:
+        mine, theirs = _object_id(fd), _object_id(pinned)
+    finally:
+        os.close(pinned)
+    if mine != theirs:
+        raise BPFError(errno.EINVAL, f"{path} pins another {kind} (id {theirs}), not this one (id {mine}): "
+                       "left in place", what)
+
+
+def _unlink_pin(path: str, what: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError as e:
+        raise BPFError(e.errno or errno.EINVAL, f"cannot unpin {path}: {e.strerror}", what) from None
+
+
+def _binary_found(binary: str) -> bool:
+    """Whether libbpf can find ``binary``: a path that exists, a program in PATH, or a library."""
+    if "/" in binary:
+        return os.path.exists(binary)
+    if shutil.which(binary) is not None:
+        return True
+    dirs = [*os.environ.get("LD_LIBRARY_PATH", "").split(":"), "/usr/lib64", "/usr/lib", "/lib64", "/lib",
+            "/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu"]
+    return any(d and os.path.exists(os.path.join(d, binary)) for d in dirs)
 
 
 def resolve_binary(binary: str, who: str) -> str:
@@ -704,14 +819,50 @@ def resolve_binary(binary: str, who: str) -> str:
     return binary
 
 
+class Holder(Protocol):
+    """Memory a link may use until it is destroyed (its object's): released once the link is."""
+
+    def release(self) -> None: ...
+
+
+def _destroy_link(ptr: CData, fd: int | None, pid: int, holds: list[Holder]) -> None:
+    """Detach and free a link, then release what it held (the finalizer's and destroy()'s work).
+
+    In a process forked after the link was made, nothing is detached: the
+    attachment is the parent's too (a perf event the detach would disable, a
+    USDT spec in a map the parent uses), so the link is disconnected (freed
+    without its detach) and only the child's copy of its fd is closed.
+    """
+    try:
+        if ptr is not None:
+            if _close.current_pid() != pid:  # cached: no getpid() call
+                child_fd = _libbpf.bpf_link__fd(ptr)
+                _libbpf.bpf_link__disconnect(ptr)
+                _libbpf.bpf_link__destroy(ptr)
+                if child_fd >= 0:
+                    os.close(child_fd)
+            else:
+                _libbpf.bpf_link__destroy(ptr)
+        elif fd is not None:
+            os.close(fd)
+    finally:
+        for held in holds:
+            held.release()
+        holds.clear()
+
+
 class Link:
     """An attachment; ``destroy()`` (also ``close()``) detaches. Idempotent; a context manager.
 
     Most links are libbpf's ``struct bpf_link`` (:attr:`c_ptr`); links made
     with a kernel link fd directly (``attach_xdp(mode=...)``, ``attach_tcx``
     in the direction the SEC() did not name) have ``c_ptr`` NULL and the same
-    methods. A finalizer destroys a forgotten link, so keep a reference for
-    as long as the program should stay attached (or pin it).
+    methods. A link made by an object's program is kept by the object until
+    ``obj.close()`` (dropping it does not detach); one that outlives its
+    object works until destroyed. A link nothing keeps (reopened with
+    :meth:`open_pinned`) is destroyed by its finalizer when dropped.
+    In a forked child, ``destroy()`` frees the child's copy only: what the
+    parent attached stays attached.
     """
 
     def __init__(self, ptr: CData, name: str, *, fd: int | None = None, iterator: bool = False) -> None:
@@ -721,19 +872,30 @@ class Link:
         self._fd = fd
         self._pin_path: str | None = None
         self._iterator = iterator
+        self._holds: list[Holder] = []
         self.name = name
         # The safety net: destroys a forgotten link (and so detaches it); destroy() disarms it.
-        self._finalizer: Callable[[], Any] = (_close.finalizer(self, _libbpf.bpf_link__destroy, ptr)
-                                              if ptr is not None else _close.finalizer(self, os.close, int(fd or 0)))
+        self._finalizer = _close.finalizer(self, _destroy_link, ptr, fd, _close.current_pid(), self._holds)
+
+    def hold(self, memory: Holder) -> None:
+        """Keep ``memory`` (its object's) until this link is destroyed, then ``memory.release()``."""
+        self._live()
+        self._holds.append(memory)
 
     @classmethod
     def open_pinned(cls, path: str | os.PathLike[str]) -> Link:
         """Reopen a link pinned in bpffs (``bpf_link__open``); destroying it leaves the pin in place.
 
-        BPFError (ENOENT) for a missing path.
+        BPFError (ENOENT) for a missing path, (EINVAL) naming what the pin
+        holds when it is not a link (a pinned map or program).
         """
         p = _check.path(path, "path")
-        link = cls(_libbpf.bpf_link__open(p, f"bpf_link__open({p})"), os.path.basename(p))
+        what = f"bpf_link__open({p})"
+        os.close(open_pinned_fd(p, "link", what))
+        link = cls(_libbpf.bpf_link__open(p, what), os.path.basename(p))
+        if _libbpf.bpf_fd_kind(link.fd) != "link":  # replaced between the two opens
+            link.destroy()  # closes the fd only: the detach of a reopened link is a close
+            raise BPFError(errno.EINVAL, f"{p} does not hold a pinned link", what)
         link._pin_path = p
         return link
 
@@ -764,12 +926,17 @@ class Link:
     def pin(self, path: str | os.PathLike[str]) -> None:
         """Pin the link in bpffs: the attachment then outlives this Link and this process.
 
-        BPFError (EEXIST) when something is pinned there, (EINVAL) outside bpffs.
-        The attachment then lasts until the pin is removed and every fd of it
-        is closed, whether or not this Link is destroyed.
+        BPFError (EEXIST) when something is pinned there, (EINVAL) outside
+        bpffs, (EBUSY) when this link is pinned already (unpin it first: a
+        link has one pin, as libbpf's). The attachment then lasts until the
+        pin is removed and every fd of it is closed, whether or not this Link
+        is destroyed.
         """
         p = _check.path(path, "path")
         self._live()
+        if self._pin_path is not None:
+            raise BPFError(errno.EBUSY, f"link of {self.name!r} is already pinned at {self._pin_path}: "
+                           "unpin() it first", f"pin({self.name}, {p})")
         if self._ptr is not None:
             _libbpf.bpf_link__pin(self._ptr, p, f"bpf_link__pin({self.name}, {p})")
         else:
@@ -777,19 +944,21 @@ class Link:
         self._pin_path = p
 
     def unpin(self) -> None:
-        """Remove the link's pin (the attachment stays while this Link lives). BPFError (EINVAL) when not pinned."""
+        """Remove the link's pin (the attachment stays while this Link lives).
+
+        BPFError (EINVAL) when not pinned, or when the pin now holds something
+        else (it is left in place); ValueError when the pin path is not on bpffs.
+        """
         self._live()
         what = f"bpf_link__unpin({self.name})"
         if self._pin_path is None:
             raise BPFError(errno.EINVAL, f"link of {self.name!r} is not pinned", what)
+        p = _check.bpffs_path(self._pin_path, "pin path")
+        pinned_here(p, "link", self.fd, what)
         if self._ptr is not None and _libbpf.bpf_link__pin_path(self._ptr) is not None:
             _libbpf.bpf_link__unpin(self._ptr, what)
         else:
-            try:
-                os.unlink(self._pin_path)
-            except OSError as e:
-                raise BPFError(e.errno or errno.EINVAL, f"cannot unpin {self._pin_path}: {e.strerror}",
-                               what) from None
+            _unlink_pin(p, what)
         self._pin_path = None
 
     def update_program(self, prog: Program) -> None:
@@ -812,9 +981,11 @@ class Link:
     def read(self, chunk: int = 65536) -> bytes:
         """Run an iterator link once and return everything it wrote (``bpf_iter_create`` + read to EOF).
 
-        Blocks while the kernel walks the objects. TypeError for a link that
-        is not an iterator's.
+        ``chunk``: bytes asked of each read (1 to 2**30). Blocks while the
+        kernel walks the objects. TypeError for a link that is not an
+        iterator's; TypeError/ValueError naming ``chunk`` for a bad one.
         """
+        chunk = _check.integer(chunk, "chunk", lo=1, hi=1 << 30)
         self._live()
         if not self._iterator:
             raise TypeError(f"link of {self.name!r} is not an iterator (attach it with attach_iter())")
@@ -831,7 +1002,11 @@ class Link:
         return b"".join(parts)
 
     def destroy(self) -> None:
-        """Detach (a pinned attachment stays until its pin is removed). Idempotent."""
+        """Detach (a pinned attachment stays until its pin is removed). Idempotent.
+
+        In a forked child it frees the child's copy only (the parent's
+        attachment stays).
+        """
         if self._ptr is not None or self._fd is not None:
             self._ptr = self._fd = None
             self._finalizer()

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /* Binary arrays, floats and a resizable section, for obj.globals and typed maps
  * (tests/test_globals_bytes.py). `unsigned char`/__u8 arrays hold data whose
- * zero bytes matter (a MAC address), unlike `char` arrays (text). `remember`
+ * zero bytes matter (a MAC address), unlike `char` arrays (text). `double_args`
+ * doubles the two members of its context (ctx_out of test_run). `remember`
  * (SEC("syscall")) stores the .rodata MAC as a key of `macs` and copies
  * slots[last_index] of the resizable `slots` array into `last_slot`. `bad` is refused by
  * the verifier (it reads a map value without a NULL check): it makes load() fail
@@ -41,6 +42,20 @@ int remember(void *ctx)
 	bpf_map_update_elem(&macs, key, &one, BPF_ANY);
 	last_slot = slots[last_index];
 	return limit;
+}
+
+struct double_args {
+	__u64 a;
+	__u64 b;
+};
+
+/* Doubles both members of its context in place: test_run hands the context back (ctx_out). */
+SEC("syscall")
+int double_args(struct double_args *ctx)
+{
+	ctx->a *= 2;
+	ctx->b *= 2;
+	return ctx->a + ctx->b;
 }
 
 SEC("syscall")
