@@ -768,6 +768,48 @@ def bpf_fd_kind(fd: int) -> str:
     return kinds.get(target, "")
 
 
+def bpf_obj_get_kind(path: str, kind: str, what: str) -> int:
+    """``bpf_obj_get(path)``, checked to be a ``kind`` (``prog``, ``map``, ``link``): the new fd.
+
+    BPFError (ENOENT) when nothing is pinned there, (EINVAL) naming what the
+    pin holds when it is another kind of BPF object.
+    """
+    fd = bpf_obj_get(path, what)
+    found = bpf_fd_kind(fd)
+    if found != kind:
+        os.close(fd)
+        names = {"prog": "program", "map": "map", "link": "link", "btf": "BTF object"}
+        raise BPFError(errno.EINVAL, f"{path} holds a pinned {names.get(found, 'object of unknown kind')}, "
+                       f"not a {names[kind]}", what)
+    return fd
+
+
+def object_id(fd: int) -> int:
+    """The kernel id of a BPF program, map or link fd (from /proc/self/fdinfo), 0 when it has none."""
+    with open(f"/proc/self/fdinfo/{fd}") as info:
+        for line in info:
+            key, _, value = line.partition(":")
+            if key in ("prog_id", "map_id", "link_id"):
+                return int(value)
+    return 0
+
+
+def check_pinned_is(path: str, kind: str, fd: int, what: str) -> None:
+    """Check that the ``kind`` pinned at ``path`` is the object behind ``fd`` (same kernel id).
+
+    BPFError (ENOENT) when nothing is pinned there, (EINVAL) when the pin
+    holds something else: an unpin then removes only its own pin.
+    """
+    pinned = bpf_obj_get_kind(path, kind, what)
+    try:
+        mine, theirs = object_id(fd), object_id(pinned)
+    finally:
+        os.close(pinned)
+    if mine != theirs:
+        raise BPFError(errno.EINVAL, f"{path} pins another {kind} (id {theirs}), not this one (id {mine}): "
+                       "left in place", what)
+
+
 def bpf_iter_create(link_fd: int, what: str) -> int:
     return check(lib.bpf_iter_create(link_fd), what)
 

@@ -200,6 +200,9 @@ class ValueType(abc.ABC):
     event: EventDef | None = None
     #: Why this type reads as bytes (None when it is typed).
     why_bytes: str | None = None
+    #: Whether bytes are one of this type's own values (char and u8 arrays, bytes): otherwise a
+    #: typed map takes bytes of exactly the type's size as the raw value.
+    takes_bytes: bool = False
 
     @abc.abstractmethod
     def decode(self, raw: bytes) -> Any:
@@ -220,6 +223,7 @@ class ValueType(abc.ABC):
 class BytesType(ValueType):
     """Bytes of a fixed size: the type of maps without BTF, and of types an EventDef cannot hold."""
 
+    takes_bytes = True
     def __init__(self, size: int, why: str | None = None) -> None:
         self.size, self.name, self.why_bytes = size, f"bytes[{size}]", why
 
@@ -294,6 +298,7 @@ class FloatType(ValueType):
 class CharArrayType(ValueType):
     """``char[n]``: reads as str (up to the first NUL); writes str (UTF-8) or bytes of at most n, NUL-padded."""
 
+    takes_bytes = True
     def __init__(self, count: int) -> None:
         self.size, self.name = count, f"char[{count}]"
 
@@ -324,6 +329,7 @@ class ByteArrayType(ValueType):
     from a map is the same key when written again.
     """
 
+    takes_bytes = True
     def __init__(self, count: int) -> None:
         self.size, self.name = count, f"u8[{count}]"
 

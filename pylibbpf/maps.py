@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from . import _check, _libbpf
 from ._ffi import ffi, lib
-from .btf import BytesType, ValueType, value_type
+from .btf import BytesType, IntType, ValueType, value_type
 from .errors import BPFError
 from .events import EventDef
 
@@ -41,6 +41,26 @@ _MAX_BATCH_ROOM = 1 << 20
 _PER_CPU_TYPES = frozenset({lib.BPF_MAP_TYPE_PERCPU_HASH, lib.BPF_MAP_TYPE_PERCPU_ARRAY,
                             lib.BPF_MAP_TYPE_LRU_PERCPU_HASH, lib.BPF_MAP_TYPE_PERCPU_CGROUP_STORAGE})
 _ARRAY_TYPES = frozenset({lib.BPF_MAP_TYPE_ARRAY, lib.BPF_MAP_TYPE_PERCPU_ARRAY})
+# Map types without keys: a queue/stack pushes and pops values, a bloom filter adds and tests them.
+_KEYLESS = {
+    lib.BPF_MAP_TYPE_QUEUE: "push(), pop() and peek()",
+    lib.BPF_MAP_TYPE_STACK: "push(), pop() and peek()",
+    lib.BPF_MAP_TYPE_BLOOM_FILTER: "add() and `value in m`",
+}
+# Map types whose values are fds when written (a Map, a Program, a socket or a cgroup directory's
+# fd) and what the kernel returns when they are read back from user space (kernel/bpf/arraymap.c,
+# kernel/bpf/map_in_map.c, net/core/sock_map.c): what each value is.
+_FD_VALUES = {
+    lib.BPF_MAP_TYPE_PROG_ARRAY: "a program (read back: its id)",
+    lib.BPF_MAP_TYPE_ARRAY_OF_MAPS: "a map (read back: its id)",
+    lib.BPF_MAP_TYPE_HASH_OF_MAPS: "a map (read back: its id)",
+    lib.BPF_MAP_TYPE_SOCKMAP: "a socket (read back: its cookie)",
+    lib.BPF_MAP_TYPE_SOCKHASH: "a socket (read back: its cookie)",
+    lib.BPF_MAP_TYPE_CGROUP_ARRAY: "a cgroup directory's fd",
+}
+# Map types whose values are ints when they have no BTF type: an ifindex (devmap), a queue size
+# (cpumap), or the struct bpf_devmap_val/bpf_cpumap_val of the program's BTF.
+_INT_VALUES = frozenset({lib.BPF_MAP_TYPE_DEVMAP, lib.BPF_MAP_TYPE_DEVMAP_HASH, lib.BPF_MAP_TYPE_CPUMAP})
 # Map types whose elements cannot be looked up: what to read them with instead.
 _NO_ELEMENTS = {
     lib.BPF_MAP_TYPE_RINGBUF: "RingBuffer, RingBufConsumer or map_ringbuf",
@@ -60,6 +80,9 @@ class MapOwner(Protocol):
 
     @property
     def c_ptr(self) -> CData: ...
+
+
+_NO_KEY: Any = object()  # pop()'s "no argument" marker: None is a key or a default like any other
 
 
 class _Elements(MutableMapping[Any, Any]):
@@ -107,6 +130,49 @@ class _Elements(MutableMapping[Any, Any]):
             return self._one_value(raw)
         count, stride = m._value_layout()
         return tuple(self._one_value(raw[i * stride:(i + 1) * stride]) for i in range(count))
+
+    # -- queues, stacks, bloom filters (no keys) ---------------------------------------------------
+
+    def push(self, value: Any, *, flags: int = 0) -> None:
+        """Push ``value`` onto a queue or stack map (``bpf_map_update_elem`` with no key).
+
+        ``flags``: ``lib.BPF_EXIST`` replaces the oldest value when the map is
+        full; otherwise a full map raises BPFError (E2BIG). TypeError for
+        another map type.
+        """
+        what = f"push({self._map.name})"
+        fd = self._map._keyless_fd(what, (lib.BPF_MAP_TYPE_QUEUE, lib.BPF_MAP_TYPE_STACK))
+        _libbpf.bpf_map_update_elem(fd, ffi.NULL, _cbuf(self._value_bytes(value, what)),
+                                    _check.flags(flags, "flags"), what)
+
+    def pop(self, key: Any = _NO_KEY, default: Any = _NO_KEY) -> Any:
+        """``m.pop()``: remove and return the next value of a queue (oldest) or stack (newest), None when empty.
+
+        ``m.pop(key[, default])`` on a map with keys: as ``dict.pop``.
+        """
+        if key is not _NO_KEY:
+            return super().pop(key) if default is _NO_KEY else super().pop(key, default)
+        what = f"pop({self._map.name})"
+        fd = self._map._keyless_fd(what, (lib.BPF_MAP_TYPE_QUEUE, lib.BPF_MAP_TYPE_STACK))
+        value = ffi.new("char[]", max(1, self._map.value_size))
+        if not _libbpf.bpf_map_lookup_and_delete_elem(fd, ffi.NULL, value, what):
+            return None
+        return self._value(bytes(ffi.buffer(value, self._map.value_size)))
+
+    def peek(self) -> Any:
+        """The value :meth:`pop` would return, left in place; None when empty."""
+        what = f"peek({self._map.name})"
+        fd = self._map._keyless_fd(what, (lib.BPF_MAP_TYPE_QUEUE, lib.BPF_MAP_TYPE_STACK))
+        value = ffi.new("char[]", max(1, self._map.value_size))
+        if not _libbpf.bpf_map_lookup_elem(fd, ffi.NULL, value, what):
+            return None
+        return self._value(bytes(ffi.buffer(value, self._map.value_size)))
+
+    def add(self, value: Any) -> None:
+        """Add ``value`` to a bloom filter map; ``value in m`` then is True (and may be for others)."""
+        what = f"add({self._map.name})"
+        fd = self._map._keyless_fd(what, (lib.BPF_MAP_TYPE_BLOOM_FILTER,))
+        _libbpf.bpf_map_update_elem(fd, ffi.NULL, _cbuf(self._value_bytes(value, what)), 0, what)
 
     # -- one element ----------------------------------------------------------------------------
 
@@ -166,6 +232,11 @@ class _Elements(MutableMapping[Any, Any]):
         self.delete(key)
 
     def __contains__(self, key: object) -> bool:
+        """``key in m``; for a bloom filter, ``value in m``: False means never added, True maybe added."""
+        if self._map.type == lib.BPF_MAP_TYPE_BLOOM_FILTER:
+            what = f"contains({self._map.name})"
+            fd = self._map._keyless_fd(what, (lib.BPF_MAP_TYPE_BLOOM_FILTER,))
+            return _libbpf.bpf_map_lookup_elem(fd, ffi.NULL, _cbuf(self._value_bytes(key, what)), what)
         return self.lookup(key) is not None
 
     # -- iteration ------------------------------------------------------------------------------
@@ -358,6 +429,7 @@ class Map(_Elements):
         self.raw = RawMap(self)
         self._types: tuple[ValueType | None, ValueType | None] | None = None
         self._ncpus = 0
+        self._value_types()  # now, before load: see _value_types
 
     def _check(self) -> CData:
         self._owner.c_ptr  # noqa: B018 -- raises ClosedError once the object is closed
@@ -492,13 +564,18 @@ class Map(_Elements):
     def unpin(self) -> None:
         """Remove the map's pin (``bpf_map__unpin``) and forget its path (before load: not pinned at load).
 
-        BPFError (EINVAL) when the map has no pin path.
+        Only this map's own pin is removed: BPFError (EINVAL) when the map has
+        no pin path or what is pinned there now is another map (left in
+        place), (ENOENT) when nothing is; ValueError for a path off bpffs.
         """
         ptr = self._check()
         what = f"bpf_map__unpin({self.name})"
-        if self.pin_path is None:
+        path = self.pin_path
+        if path is None:
             raise BPFError(errno.EINVAL, f"map {self.name!r} is not pinned", what)
         if self._owner.loaded:
+            _check.bpffs_path(path, "pin path")
+            _libbpf.check_pinned_is(path, "map", self.fd, what)
             _libbpf.bpf_map__unpin(ptr, None, what)
         _libbpf.bpf_map__set_pin_path(ptr, None, what)  # so that pin() may choose another path
 
@@ -508,13 +585,14 @@ class Map(_Elements):
         Before load only (BPFError EBUSY after). The pinned map must have this
         map's type, key size and value size (ValueError naming both
         otherwise); its max_entries and flags are taken. BPFError (ENOENT)
-        when nothing is pinned there.
+        when nothing is pinned there, (EINVAL) naming what the pin holds when
+        it is not a map.
         """
         path = _check.path(path, "path")
         what = f"bpf_map__reuse_fd({self.name}, {path})"
         ptr = self._before_load("reuse_pinned()", what)
         self._value_types()  # typed from this object's BTF: libbpf takes the pinned map's BTF ids
-        fd = _libbpf.bpf_obj_get(path, f"bpf_obj_get({path})")
+        fd = _libbpf.bpf_obj_get_kind(path, "map", f"bpf_obj_get({path})")
         try:
             info = _libbpf.bpf_map_get_info_by_fd(fd, what)
             mine = (self.type, self.key_size, self.value_size)
@@ -567,11 +645,22 @@ class Map(_Elements):
         return ptr
 
     def _value_types(self) -> tuple[ValueType | None, ValueType | None]:
-        """(key, value) types from BTF, None where the map has none or it does not match the size."""
+        """(key, value) types from BTF, None where the map has none or it does not match the size.
+
+        Read when the object is opened and again only when a resize before
+        load invalidates them: libbpf clears the BTF ids of some map types
+        when it creates them (cgroup arrays, perf event arrays), so reading
+        them after load would give another answer than before.
+        """
         if self._types is None:
             ptr = self._check()
-            self._types = (self._side_type(_libbpf.bpf_map__btf_key_type_id(ptr), self.key_size, "key"),
-                           self._side_type(_libbpf.bpf_map__btf_value_type_id(ptr), self.value_size, "value"))
+            value = self._side_type(_libbpf.bpf_map__btf_value_type_id(ptr), self.value_size, "value")
+            mtype = _libbpf.bpf_map__type(ptr)
+            if mtype in _FD_VALUES and self.value_size in (4, 8):
+                value = FdValueType(self.value_size, _FD_VALUES[mtype])
+            elif value is None and mtype in _INT_VALUES and self.value_size == 4:
+                value = value_type_of_u32()
+            self._types = (self._side_type(_libbpf.bpf_map__btf_key_type_id(ptr), self.key_size, "key"), value)
         return self._types
 
     def _side_type(self, type_id: int, size: int, side: str) -> ValueType | None:
@@ -582,7 +671,9 @@ class Map(_Elements):
 
     def _key_bytes(self, key: object, what: str) -> bytes:
         kt = self._value_types()[0]
-        return self._raw_key(key, what) if kt is None else kt.encode(key, f"map {self.name!r} key")
+        if kt is None or (isinstance(key, _BYTES_LIKE) and not kt.takes_bytes):
+            return self._raw_key(key, what)  # exact-size bytes on a typed map: the raw key
+        return kt.encode(key, f"map {self.name!r} key")
 
     def _key_value(self, raw: bytes) -> Any:
         kt = self._value_types()[0]
@@ -590,7 +681,9 @@ class Map(_Elements):
 
     def _one_value_bytes(self, value: object, what: str) -> bytes:
         vt = self._value_types()[1]
-        return self._raw_value(value, what) if vt is None else vt.encode(value, f"map {self.name!r} value")
+        if vt is None or (isinstance(value, _BYTES_LIKE) and not vt.takes_bytes):
+            return self._raw_value(value, what)  # exact-size bytes on a typed map: the raw value
+        return vt.encode(value, f"map {self.name!r} value")
 
     def _one_value(self, raw: bytes) -> Any:
         vt = self._value_types()[1]
@@ -628,9 +721,23 @@ class Map(_Elements):
             return self._ncpus, (vsize + 7) & ~7
         return 1, vsize
 
+    def _keyless_fd(self, what: str, types: tuple[int, ...]) -> int:
+        """The fd of a created map of one of ``types`` (queue, stack, bloom filter); TypeError otherwise."""
+        fd = self.fd
+        if self.type not in types:
+            names = " or ".join(_libbpf.libbpf_map_type_str(t) for t in types)
+            raise TypeError(f"{what}: map {self.name!r} is a {self.type_name} map, not a {names} map")
+        if fd < 0:
+            raise BPFError(errno.EINVAL, f"map {self.name!r} is not created: call BPFObject.load() first", what)
+        return fd
+
     def _element_fd(self, what: str) -> int:
         """The fd for element access: the map must be created and have elements."""
         fd = self.fd
+        keyless = _KEYLESS.get(self.type)
+        if keyless is not None:
+            raise TypeError(f"{what}: map {self.name!r} is a {self.type_name} map: it has no keys; "
+                            f"use {keyless}")
         kind = _NO_ELEMENTS.get(self.type)
         if kind is not None:
             raise TypeError(f"{what}: map {self.name!r} is a {self.type_name} map: it has no elements to "
@@ -660,6 +767,9 @@ class Map(_Elements):
         prev = ffi.NULL
         while _libbpf.bpf_map_get_next_key(fd, prev, nxt, what):
             yield bytes(ffi.buffer(nxt, size))
+            # Between two keys the caller may have closed the object: its fd number may already
+            # name another map, so the walk goes on only while the object is open.
+            self._check()
             ffi.memmove(cur, nxt, max(1, size))
             prev = cur
 
@@ -782,6 +892,41 @@ class Map(_Elements):
 
     def __repr__(self) -> str:
         return f"<Map {self.name!r}>"
+
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def value_type_of_u32() -> ValueType:
+    """A ``u32`` (a devmap's ifindex, a cpumap's queue size where the map has no BTF type)."""
+    return IntType("u32", 4, False)
+
+
+class FdValueType(ValueType):
+    """The value of a map of fds: written as an fd (an int, a Map, a Program, a socket), read back as an int.
+
+    ``what`` says what the fd is and what the kernel returns when the value is
+    read from user space (a program's or map's id, a socket's cookie).
+    """
+
+    def __init__(self, size: int, what: str) -> None:
+        self.size, self.name, self.what = size, f"fd[{what}]", what
+
+    def decode(self, raw: bytes) -> int:
+        return int.from_bytes(raw[:self.size], "little")
+
+    def encode(self, value: object, label: str) -> bytes:
+        if isinstance(value, int) and not isinstance(value, bool):
+            fd = value
+        elif hasattr(value, "fileno") and callable(value.fileno):
+            fd = value.fileno()  # a socket, a file
+        elif isinstance(getattr(value, "fd", None), int):
+            fd = getattr(value, "fd")  # a Map, a Program  # noqa: B009
+        else:
+            raise TypeError(f"{label} must be {self.what.split(' (')[0]}: an fd or an object with one "
+                            f"(Map, Program, socket), got {type(value).__name__}")
+        fd = _check.integer(fd, f"{label} (fd)", lo=0, hi=_check.INT32_MAX)
+        return fd.to_bytes(self.size, "little")
 
 
 class _NoBatch(Exception):

@@ -243,7 +243,7 @@ class Program:
         """
         p = _check.path(path, "path")
         what = f"bpf_obj_get({p})"
-        fd = open_pinned_fd(p, "prog", what)
+        fd = _libbpf.bpf_obj_get_kind(p, "prog", what)
         try:
             info = _libbpf.bpf_prog_get_info_by_fd(fd, what)
         except BaseException:
@@ -717,7 +717,7 @@ class Program:
         """
         p = _check.bpffs_path(path, "path")
         what = f"unpin({self.name}, {p})"
-        pinned_here(p, "prog", self._loaded_fd(what), what)
+        _libbpf.check_pinned_is(p, "prog", self._loaded_fd(what), what)
         ptr = self._check()
         if ptr is not None:
             _libbpf.bpf_program__unpin(ptr, p, f"bpf_program__unpin({self.name}, {p})")
@@ -733,48 +733,6 @@ def _said(e: BPFError) -> str:
     text = str(e.strerror)
     at = text.find(" (libbpf: ")
     return text[at:] if at >= 0 else ""
-
-
-def open_pinned_fd(path: str, kind: str, what: str) -> int:
-    """``bpf_obj_get(path)``, checked to be a ``kind`` (``prog``, ``map``, ``link``): the new fd.
-
-    BPFError (ENOENT) when nothing is pinned there, (EINVAL) naming what the
-    pin holds when it is another kind of BPF object.
-    """
-    fd = _libbpf.bpf_obj_get(path, what)
-    found = _libbpf.bpf_fd_kind(fd)
-    if found != kind:
-        os.close(fd)
-        names = {"prog": "program", "map": "map", "link": "link", "btf": "BTF object"}
-        raise BPFError(errno.EINVAL, f"{path} holds a pinned {names.get(found, 'object of unknown kind')}, "
-                       f"not a {names[kind]}", what)
-    return fd
-
-
-def _object_id(fd: int) -> int:
-    """The kernel id of a BPF program, map or link fd (from /proc/self/fdinfo), 0 when it has none."""
-    with open(f"/proc/self/fdinfo/{fd}") as info:
-        for line in info:
-            key, _, value = line.partition(":")
-            if key in ("prog_id", "map_id", "link_id"):
-                return int(value)
-    return 0
-
-
-def pinned_here(path: str, kind: str, fd: int, what: str) -> None:
-    """Check that the ``kind`` pinned at ``path`` is the object behind ``fd`` (same kernel id).
-
-    BPFError (ENOENT) when nothing is pinned there, (EINVAL) when the pin
-    holds something else: an unpin then removes only its own pin.
-    """
-    pinned = open_pinned_fd(path, kind, what)
-    try:
-        mine, theirs = _object_id(fd), _object_id(pinned)
-    finally:
-        os.close(pinned)
-    if mine != theirs:
-        raise BPFError(errno.EINVAL, f"{path} pins another {kind} (id {theirs}), not this one (id {mine}): "
-                       "left in place", what)
 
 
 def _unlink_pin(path: str, what: str) -> None:
@@ -891,7 +849,7 @@ class Link:
         """
         p = _check.path(path, "path")
         what = f"bpf_link__open({p})"
-        os.close(open_pinned_fd(p, "link", what))
+        os.close(_libbpf.bpf_obj_get_kind(p, "link", what))
         link = cls(_libbpf.bpf_link__open(p, what), os.path.basename(p))
         if _libbpf.bpf_fd_kind(link.fd) != "link":  # replaced between the two opens
             link.destroy()  # closes the fd only: the detach of a reopened link is a close
@@ -954,7 +912,7 @@ class Link:
         if self._pin_path is None:
             raise BPFError(errno.EINVAL, f"link of {self.name!r} is not pinned", what)
         p = _check.bpffs_path(self._pin_path, "pin path")
-        pinned_here(p, "link", self.fd, what)
+        _libbpf.check_pinned_is(p, "link", self.fd, what)
         if self._ptr is not None and _libbpf.bpf_link__pin_path(self._ptr) is not None:
             _libbpf.bpf_link__unpin(self._ptr, what)
         else:
