@@ -106,7 +106,7 @@ def ringbuf_callback(size: int, check: SeqCheck) -> Reader:
 
     obj, trigger, failures = libbpf_producer("ringbuf", size)
     rb = RingBuffer(obj.maps[RING_MAP], check.on_ring())
-    return Reader(lambda t: rb.poll(t) if t else rb.consume(), trigger, failures, closing(rb, obj))
+    return Reader(lambda t: rb.poll(t / 1000) if t else rb.consume(), trigger, failures, closing(rb, obj))
 
 
 @consumer("pylibbpf-ringbuf-noop", "ringbuf", modes=("drain", "steady"))
@@ -120,7 +120,7 @@ def ringbuf_noop(size: int, check: SeqCheck) -> Reader:
 
     obj, trigger, failures = libbpf_producer("ringbuf", size)
     rb = RingBuffer(obj.maps[RING_MAP], lambda data: None)
-    return Reader(lambda t: check.add(rb.poll(t) if t else rb.consume()), trigger, failures, closing(rb, obj))
+    return Reader(lambda t: check.add(rb.poll(t / 1000) if t else rb.consume()), trigger, failures, closing(rb, obj))
 
 
 @consumer("pylibbpf-ringbuf-batch", "ringbuf")
@@ -231,7 +231,7 @@ def perfbuf_callback(size: int, check: SeqCheck) -> Reader:
 
     obj, trigger, failures = libbpf_producer("perfbuf", size)
     pb = PerfBuffer(obj.maps[PERF_MAP], check.on_perf(), page_cnt=PERF_PAGES)
-    return Reader(lambda t: pb.poll(t) if t else pb.consume(), trigger, failures, closing(pb, obj))
+    return Reader(lambda t: pb.poll(t / 1000) if t else pb.consume(), trigger, failures, closing(pb, obj))
 
 
 @consumer("pylibbpf-perfbuf-batch", "perfbuf")

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 next_summary = time.monotonic() + args.interval
                 try:
                     while end is None or time.monotonic() < end:
-                        rb.poll(timeout_ms=100)
+                        rb.poll(0.1)
                         if time.monotonic() >= next_summary:
                             print_counts("interval", counts.pop_items())  # read and reset, atomically per key
                             next_summary += args.interval

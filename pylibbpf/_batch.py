@@ -83,6 +83,11 @@ _from_handle = ffi.from_handle
 _buffer = ffi.buffer
 
 
+def no_callback(*_args: object) -> None:
+    """The callback of a reader made without one: poll/consume refuse to run before it is called."""
+    raise TypeError("this reader was made without a callback: read it with read_batch(), read_into() or events()")
+
+
 class Batch:
     """Records drained from the kernel in one C call, held in memory of their own.
 
@@ -806,23 +811,39 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
                 self._locked = False
                 lock.release()
 
-    @one_caller(int)
-    def poll(self, timeout_ms: int = -1) -> int:
-        """Wait up to ``timeout_ms`` (-1: forever) for records, deliver them, return how many
-        (a PerfBuffer's lost-sample notices included).
+    def poll(self, timeout: float | None = None, *, timeout_ms: int | None = None) -> int:
+        """Wait up to ``timeout`` seconds (None: forever; 0: do not wait) for records, deliver them
+        to the callback, and return how many (a PerfBuffer's lost-sample notices included).
 
+        ``timeout_ms=`` (milliseconds, -1 forever) is the deprecated spelling
+        of the same wait: a DeprecationWarning, for one minor release.
         Another thread's poll/consume/read_batch on this reader is waited for
         (within the timeout). Returns 0 on timeout; raises ClosedError if closed
-        (also when closed by another thread during the wait) and whatever a
-        callback raised. A wakeup that drained one record has its callback
-        called from inside the C call that waited (:meth:`_wait_call`), without a Batch.
+        (also when closed by another thread during the wait), TypeError when
+        the reader was made without a callback, ValueError for a negative or
+        non-finite ``timeout``, and whatever a callback raised. A wakeup that
+        drained one record has its callback called from inside the C call
+        that waited (:meth:`_wait_call`), without a Batch.
         """
-        got = self._wait_call(timeout_ms)
-        return self._deliver() if got is None else got
+        ms = _check.poll_timeout_ms(timeout, timeout_ms, f"{self._what}.poll")
+        self._require_callback("poll")
+        return self._poll_ms(ms)
 
     def consume(self) -> int:
-        """Deliver whatever is available now, without waiting; returns how many."""
-        return self.poll(0)
+        """Deliver whatever is available now to the callback, without waiting; returns how many.
+
+        TypeError when the reader was made without a callback.
+        """
+        self._require_callback("consume")
+        return self._poll_ms(0)
+
+    def _require_callback(self, method: str) -> None:
+        """TypeError for poll/consume on a reader made without a callback (per subclass)."""
+
+    @one_caller(int)
+    def _poll_ms(self, timeout_ms: int) -> int:
+        got = self._wait_call(timeout_ms)
+        return self._deliver() if got is None else got
 
     def read_batch(self, timeout: float | None = None) -> Batch:
         """Wait up to ``timeout`` seconds (None: forever; 0: do not wait) and return what one C

@@ -20,6 +20,7 @@ import math
 import os
 import re
 import time
+import warnings
 from collections.abc import Collection
 from typing import TypeVar
 
@@ -95,6 +96,29 @@ def timeout_seconds(value: object, name: str = "timeout") -> float | None:
 def timeout_ms(value: object, name: str = "timeout_ms") -> int:
     """A timeout in milliseconds as libbpf takes it: -1 (forever) or 0..INT32_MAX."""
     return integer(value, name, lo=-1, hi=MAX_TIMEOUT_MS)
+
+
+def poll_timeout_ms(timeout: object, legacy_ms: object, what: str) -> int:
+    """``poll(timeout)``'s wait in libbpf's milliseconds (-1: forever), from seconds or the deprecated ms.
+
+    ``timeout``: seconds (None: forever). ``legacy_ms``: the ``timeout_ms=``
+    keyword the method took before 0.2 (a DeprecationWarning naming the new
+    spelling). A negative ``timeout`` (the old ``-1``: forever) is a ValueError
+    saying so, rather than a silent wait.
+    """
+    if legacy_ms is not None:
+        if timeout is not None:
+            raise TypeError(f"{what}: give timeout= (seconds) or the deprecated timeout_ms=, not both")
+        ms = timeout_ms(legacy_ms)  # a bad value is an error first, deprecated or not
+        warnings.warn(f"{what}(timeout_ms=...) is deprecated: pass timeout= in seconds "
+                      "(None waits forever, 0 does not wait)", DeprecationWarning, stacklevel=3)
+        return ms
+    if timeout is None:
+        return -1
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout < 0:
+        raise ValueError(f"timeout must be >= 0 seconds, or None to wait forever, got {timeout!r} "
+                         f"({what} takes seconds since 0.2; -1 was the milliseconds' 'forever')")
+    return seconds_to_ms(timeout, "timeout")
 
 
 def deadline(timeout: object, name: str = "timeout") -> float | None:

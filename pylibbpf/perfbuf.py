@@ -23,7 +23,7 @@ from itertools import islice
 from typing import Any
 
 from . import _check, _close, _libbpf, _shim
-from ._batch import Batch, BatchReader, CDrain, Record, RecordReader, any_nonzero
+from ._batch import Batch, BatchReader, CDrain, Record, RecordReader, any_nonzero, no_callback
 from ._close import Callback, Waiter, current_pid
 from ._ffi import ffi, lib
 from ._rings import (
@@ -60,14 +60,14 @@ class PerfBuffer(BatchReader):
 
     _what = "PerfBuffer"
 
-    def __init__(self, map: Map, callback: Callback, lost_callback: Callback | None = None,
+    def __init__(self, map: Map, callback: Callback | None = None, lost_callback: Callback | None = None,
                  page_cnt: int = 8) -> None:
         super().__init__()
         require_map_type(map, lib.BPF_MAP_TYPE_PERF_EVENT_ARRAY, "PerfBuffer")
-        _check.callable_(callback, "callback")
+        _check.optional_callable(callback, "callback")
         _check.optional_callable(lost_callback, "lost_callback")
         page_cnt = check_page_cnt(page_cnt)
-        self._callback = callback
+        self._callback: Callback = no_callback if callback is None else callback
         self._lost_callback = lost_callback
         self.lost_samples = 0
         self._map = map
@@ -180,6 +180,11 @@ class PerfBuffer(BatchReader):
         if notices:
             batch.keep([j for j, n in enumerate(batch.lost) if not n])
         return batch
+
+    def _require_callback(self, method: str) -> None:
+        if self._callback is no_callback:
+            raise TypeError(f"PerfBuffer.{method}() calls a callback per sample, and none was given: pass one "
+                            "to PerfBuffer(map, callback), or read with read_batch(), read_into() or events()")
 
     async def events(self) -> AsyncIterator[tuple[int, memoryview]]:
         """``async for cpu, data in pb.events()``: every sample; losses counted as in read_batch.

@@ -29,7 +29,7 @@ from itertools import islice
 from typing import Any
 
 from . import _arrow, _check, _close, _into, _libbpf, _shim
-from ._batch import Batch, BatchReader
+from ._batch import Batch, BatchReader, no_callback
 from ._close import Callback, Closable, Waiter
 from ._ffi import ffi, lib
 from ._rings import SAFETY_NET_MS, RingBufLayout, RingBufMaps, busy_pause, require_map_type
@@ -63,6 +63,9 @@ ARROW_BLOCK_BYTES = 2 << 20
 class RingBuffer(BatchReader):
     """Read one or more BPF ring buffers; ``callback(data: memoryview) -> int | None`` per record.
 
+    The callback is for ``poll``/``consume``; a RingBuffer made without one
+    reads with ``read_batch``, ``read_into``, ``read_arrow`` and ``events()``.
+
     ``data`` is a read-only view of a copy of the record: it stays valid after the
     callback returns (it keeps the copy alive: its batch, or the record alone when
     a wakeup drained one). A callback returning a negative
@@ -74,19 +77,19 @@ class RingBuffer(BatchReader):
     int raises TypeError naming the callback, after its record.
 
     One thread polls at a time; ``close()`` may come from any thread and wakes
-    a blocked ``poll(-1)``, which then raises ClosedError.
+    a blocked ``poll()``, which then raises ClosedError.
     """
 
     _what = "RingBuffer"
 
-    def __init__(self, map: Map, callback: Callback, *, max_batch: int = DEFAULT_MAX_BATCH) -> None:
+    def __init__(self, map: Map, callback: Callback | None = None, *, max_batch: int = DEFAULT_MAX_BATCH) -> None:
         super().__init__()
         require_map_type(map, lib.BPF_MAP_TYPE_RINGBUF, "RingBuffer")
-        _check.callable_(callback, "callback")
+        _check.optional_callable(callback, "callback")
         self._max_batch = _check.integer(max_batch, "max_batch", lo=1, hi=_check.INT32_MAX)
         self._batch = _shim.plb_batch_new(256, 64 * 1024)
         self._batch.byte_limit = DEFAULT_BATCH_BYTES
-        self._callbacks: list[Callback] = [callback]
+        self._callbacks: list[Callback] = [no_callback if callback is None else callback]
         self._tagged = False  # more than one ring: the batches carry each record's ring index
         self._maps: list[Map] = [map]
         self._ctxs = [ffi.new("struct plb_rb_collect_ctx *", {"batch": self._batch, "ring": 0})]
@@ -111,10 +114,14 @@ class RingBuffer(BatchReader):
             raise
         self._map_views()
 
-    def add(self, map: Map, callback: Callback) -> None:
-        """Read one more ring buffer map through the same poll; its records go to ``callback``."""
+    def add(self, map: Map, callback: Callback | None = None) -> None:
+        """Read one more ring buffer map through the same poll; its records go to ``callback``.
+
+        ``callback`` may be left out where the records are read without one
+        (``read_batch``, ``read_into``, ``read_arrow``, ``events()``).
+        """
         require_map_type(map, lib.BPF_MAP_TYPE_RINGBUF, "RingBuffer.add")
-        _check.callable_(callback, "callback")
+        _check.optional_callable(callback, "callback")
         self._check_open()  # in a forked child: before the lock
         with self._lock:
             self._check_open()
@@ -137,7 +144,7 @@ class RingBuffer(BatchReader):
             self._mapped.append(mapped)
             self._ctxs.append(ctx)
             self._maps.append(map)
-            self._callbacks.append(callback)
+            self._callbacks.append(no_callback if callback is None else callback)
             self._tagged = True
             self._map_views()
 
@@ -147,6 +154,13 @@ class RingBuffer(BatchReader):
         self._views = ffi.new("struct plb_rb_view *[]", [m.views[0] for m in self._mapped])
         self._drain_args = (self._views, len(self._mapped), self._batch, self._max_batch, self._drained)
 
+
+    def _require_callback(self, method: str) -> None:
+        if no_callback in self._callbacks:
+            ring = self._callbacks.index(no_callback)
+            raise TypeError(f"RingBuffer.{method}() calls a callback per record, and ring {ring} "
+                            f"({self._maps[ring].name!r}) has none: pass one to RingBuffer(map, callback) / "
+                            "add(map, callback), or read with read_batch(), read_into(), read_arrow() or events()")
 
     def epoll_fd(self) -> int:
         """libbpf's epoll fd for these rings (readable when a ring has data): for selectors/asyncio."""
@@ -419,17 +433,18 @@ def peek_ringbuf_events(map: Map | RingBufLayout, max_events: int | None = 10,
     return [deserializer(r) for r in records]
 
 
-def process_events(map: Map, callback: Callback, max_events: int | None = None, timeout_ms: int = 1000,
-                   deserializer: Callback | None = None) -> int:
-    """Deliver records to ``callback`` as they arrive, for up to ``timeout_ms``; returns how many.
+def process_events(map: Map, callback: Callback, max_events: int | None = None, timeout: float | None = 1.0,
+                   deserializer: Callback | None = None, *, timeout_ms: int | None = None) -> int:
+    """Deliver records to ``callback`` as they arrive, for up to ``timeout`` seconds; returns how many.
 
     Maps the ring for the call, then loops: consume what is there, call
     ``callback(deserializer(record))`` (or ``callback(record)``, a ``bytes``
     copy) for each, and wait on epoll (the map fd, GIL released) when the ring
     is empty. Returns as soon as ``max_events`` records were delivered, or when
-    ``timeout_ms`` has passed (``max_events=None``: no count limit, so it
-    returns at the timeout); ``timeout_ms=0`` delivers what is there without
-    waiting, ``-1`` waits without limit.
+    ``timeout`` has passed (``max_events=None``: no count limit, so it
+    returns at the timeout); ``timeout=0`` delivers what is there without
+    waiting, ``None`` waits without limit. ``timeout_ms=`` is the deprecated
+    spelling in milliseconds (a DeprecationWarning, for one minor release).
 
     A callback or deserializer that raises stops the call and the exception
     propagates; that record and the ones before it are consumed, the ones
@@ -440,8 +455,10 @@ def process_events(map: Map, callback: Callback, max_events: int | None = None, 
     _check.callable_(callback, "callback")
     _check.optional_callable(deserializer, "deserializer")
     max_events = _check.optional_integer(max_events, "max_events", lo=0)
-    timeout_ms = _check.timeout_ms(timeout_ms)
-    deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
+    if timeout_ms is not None and timeout == 1.0:
+        timeout = None  # left at its default: the deprecated keyword says how long
+    wait_ms = _check.poll_timeout_ms(timeout, timeout_ms, "process_events")
+    deadline = None if wait_ms < 0 else time.monotonic() + wait_ms / 1000
     done = 0
     with RingBufLayout(map) as layout:
         waiter = Waiter([map.fd], "process_events")

@@ -146,7 +146,7 @@ def _returns_str(_data: memoryview) -> str:
 def _poll_one(c: Ctx, rb: RingBuffer) -> int:
     """Write one record into ringbuf.bpf.c's rb and poll it."""
     emit_ring(c.rb.programs["emit"], 1)
-    return rb.poll(1000)
+    return rb.poll(1)
 
 
 def _fd_closed_underneath(fd: int, use: Callable[[], Any]) -> Any:
@@ -517,13 +517,19 @@ CASES: list[Case] = [
     Case("`ordered_reader.read(timeout=0)` with nothing to read",
          lambda c: _then_close(OrderedReader(c.ordered.maps["events"]), lambda r: r.read(timeout=0)),
          TimeoutError, r"OrderedReader: no record within 0 s"),
-    Case("`ring_buffer.poll(None)`",
-         lambda c: _then_close(RingBuffer(c.rb.maps["rb"], _nothing), lambda rb: rb.poll(None)),
-         TypeError, r"timeout_ms must be an int, got None \(NoneType\)"),
-    Case("`perf_buffer.poll(2**31)` (more than a C int of ms)",
-         lambda c: _then_close(PerfBuffer(c.perf.maps["events"], _nothing), lambda pb: pb.poll(2**31)),
-         ValueError, r"timeout_ms must be <= 2147483647, got 2147483648"),
-    Case("`process_events(map, cb, timeout_ms=0.5)`",
+    Case("`ring_buffer.poll(-1)` (the old milliseconds' forever)",
+         lambda c: _then_close(RingBuffer(c.rb.maps["rb"], _nothing), lambda rb: rb.poll(-1)),
+         ValueError, r"timeout must be >= 0 seconds, or None to wait forever, got -1 \(RingBuffer.poll takes"),
+    Case("`perf_buffer.poll('1')`",
+         lambda c: _then_close(PerfBuffer(c.perf.maps["events"], _nothing), lambda pb: pb.poll("1")),  # type: ignore[arg-type]
+         TypeError, r"timeout must be a number, got '1' \(str\)"),
+    Case("`ring_buffer.poll()` of a RingBuffer made without a callback",
+         lambda c: _then_close(RingBuffer(c.rb.maps["rb"]), lambda rb: rb.poll(0)),
+         TypeError, r"RingBuffer.poll\(\) calls a callback per record, and ring 0 \('rb'\) has none"),
+    Case("`process_events(map, cb, timeout=-0.5)`",
+         lambda c: process_events(c.rb.maps["rb"], _nothing, timeout=-0.5),
+         ValueError, r"timeout must be >= 0 seconds, or None to wait forever, got -0.5"),
+    Case("`process_events(map, cb, timeout_ms=0.5)` (deprecated keyword)",
          lambda c: process_events(c.rb.maps["rb"], _nothing, timeout_ms=0.5),  # type: ignore[arg-type]
          TypeError, r"timeout_ms must be an int, got 0.5 \(float\)"),
     Case("`consumer.stop(drain_timeout=None)`",

@@ -69,8 +69,6 @@ BAD: dict[str, list[object]] = {
     "index": [None, *_wrong_types(0.5, NAN), -1, HUGE],
     # any int (a slot number checked against the rings: only the type here)
     "int": [None, *_wrong_types(0.5, NAN, INF)],
-    # a timeout in milliseconds: -1 or 0..2**31-1
-    "timeout_ms": [None, *_wrong_types(0.5, 1.0, NAN, INF), -2, 2**31, HUGE],
     # a timeout in seconds: None or a finite number >= 0
     "timeout": [*_wrong_types(NAN, INF, -INF), -1, -0.5],
     # a finite number >= 0
@@ -119,20 +117,21 @@ PARAMS: list[Param] = [
     # --- RingBuffer --------------------------------------------------------------------------------
     Param("RingBuffer(map, cb, max_batch=)", "max_batch", "count",
           lambda c, v: RingBuffer(c.rb.maps["rb"], _nothing, max_batch=v)),
-    Param("RingBuffer(map, callback)", "callback", "callable", lambda c, v: RingBuffer(c.rb.maps["rb"], v)),
-    Param("RingBuffer.add(map, callback)", "callback", "callable",
+    Param("RingBuffer(map, callback)", "callback", "optional_callable", lambda c, v: RingBuffer(c.rb.maps["rb"], v)),
+    Param("RingBuffer.add(map, callback)", "callback", "optional_callable",
           lambda c, v: _closing(RingBuffer(c.rb.maps["rb"], _nothing), lambda rb: rb.add(c.rb.maps["rb2"], v))),
-    Param("RingBuffer.poll(timeout_ms)", "timeout_ms", "timeout_ms",
+    Param("RingBuffer.poll(timeout)", "timeout", "timeout",
           lambda c, v: _closing(RingBuffer(c.rb.maps["rb"], _nothing), lambda rb: rb.poll(v))),
     Param("RingBuffer.read_batch(timeout=)", "timeout", "timeout",
           lambda c, v: _closing(RingBuffer(c.rb.maps["rb"], _nothing), lambda rb: rb.read_batch(v))),
     # --- PerfBuffer --------------------------------------------------------------------------------
     Param("PerfBuffer(map, cb, page_cnt=)", "page_cnt", "count",
           lambda c, v: PerfBuffer(c.perf.maps["events"], _nothing, page_cnt=v)),
-    Param("PerfBuffer(map, callback)", "callback", "callable", lambda c, v: PerfBuffer(c.perf.maps["events"], v)),
+    Param("PerfBuffer(map, callback)", "callback", "optional_callable",
+          lambda c, v: PerfBuffer(c.perf.maps["events"], v)),
     Param("PerfBuffer(map, cb, lost_callback=)", "lost_callback", "optional_callable",
           lambda c, v: PerfBuffer(c.perf.maps["events"], _nothing, lost_callback=v)),
-    Param("PerfBuffer.poll(timeout_ms)", "timeout_ms", "timeout_ms",
+    Param("PerfBuffer.poll(timeout)", "timeout", "timeout",
           lambda c, v: _closing(PerfBuffer(c.perf.maps["events"], _nothing), lambda pb: pb.poll(v))),
     Param("PerfBuffer.read_batch(timeout=)", "timeout", "timeout",
           lambda c, v: _closing(PerfBuffer(c.perf.maps["events"], _nothing), lambda pb: pb.read_batch(v))),
@@ -195,13 +194,13 @@ PARAMS: list[Param] = [
     Param("peek_ringbuf_events(map, deserializer=)", "deserializer", "optional_callable",
           lambda c, v: peek_ringbuf_events(c.rb.maps["rb"], deserializer=v)),
     Param("process_events(map, callback)", "callback", "callable",
-          lambda c, v: process_events(c.rb.maps["rb"], v, timeout_ms=0)),
+          lambda c, v: process_events(c.rb.maps["rb"], v, timeout=0.0)),
     Param("process_events(map, cb, max_events=)", "max_events", "optional_limit",
-          lambda c, v: process_events(c.rb.maps["rb"], _nothing, max_events=v, timeout_ms=0)),
-    Param("process_events(map, cb, timeout_ms=)", "timeout_ms", "timeout_ms",
-          lambda c, v: process_events(c.rb.maps["rb"], _nothing, timeout_ms=v)),
+          lambda c, v: process_events(c.rb.maps["rb"], _nothing, max_events=v, timeout=0.0)),
+    Param("process_events(map, cb, timeout=)", "timeout", "timeout",
+          lambda c, v: process_events(c.rb.maps["rb"], _nothing, timeout=v)),
     Param("process_events(map, cb, deserializer=)", "deserializer", "optional_callable",
-          lambda c, v: process_events(c.rb.maps["rb"], _nothing, deserializer=v, timeout_ms=0)),
+          lambda c, v: process_events(c.rb.maps["rb"], _nothing, deserializer=v, timeout=0.0)),
     # --- objects, programs, maps -------------------------------------------------------------------
     Param("Program.test_run(repeat=)", "repeat", "count", lambda c, v: c.rb.programs["emit"].test_run(repeat=v)),
     Param("Program.test_run(cpu=)", "cpu", "optional_index", lambda c, v: c.perf.programs["emit_perf"].test_run(cpu=v)),
@@ -343,7 +342,7 @@ def test_a_callback_returning_a_str_names_the_callback(ctx: Ctx) -> None:
     with RingBuffer(ctx.rb.maps["rb"], wrong) as rb:
         emit_ring(ctx.rb.programs["emit"], 3)
         with pytest.raises(TypeError, match=r"callback .*wrong must return None or an int, returned 'done' \(str\)"):
-            rb.poll(1000)
+            rb.poll(1)
         assert rb.consume() == 2
     assert got == [0, 1, 2]
 

@@ -71,7 +71,7 @@ def read_events(obj: BPFObject) -> list[tuple[int, int]]:
     seen: list[tuple[int, int]] = []
     with RingBuffer(obj.maps["events"], lambda data: seen.append(struct.unpack_from("<QQ", data))) as rb:
         obj.programs["emit"].test_run()
-        rb.poll(timeout_ms=5000)
+        rb.poll(0.005)
     return seen
 
 

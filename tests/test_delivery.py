@@ -249,7 +249,7 @@ def test_one_record_drained_when_an_interrupt_surfaces_is_delivered_once(
     with _one_record_reader(kind, rb_obj, perf_obj, 11, got.append) as reader:
         fired = _interrupt_after(monkeypatch, reader, "_call_c" if how == "poll" else "_drain_c")
         with pytest.raises(KeyboardInterrupt):
-            reader.poll(1000) if how == "poll" else reader.read_batch(1.0)
+            reader.poll(1) if how == "poll" else reader.read_batch(1.0)
         assert fired == [1]
         if how == "poll":
             assert got == [11] and reader.poll(0) == 0
@@ -285,7 +285,7 @@ def test_one_record_interrupted_after_the_hand_over_is_delivered_once(
             monkeypatch.setattr(pylibbpf._batch.Batch, "one", classmethod(interrupt_once(
                 pylibbpf._batch.Batch.one.__func__)))  # type: ignore[attr-defined]
         with pytest.raises(KeyboardInterrupt):
-            reader.poll(1000) if how == "poll" else reader.read_batch(1.0)
+            reader.poll(1) if how == "poll" else reader.read_batch(1.0)
         assert fired == [1] and got == []
         monkeypatch.undo()
         _deliver_the_rest(reader, kind, how, got)
@@ -303,7 +303,7 @@ def test_a_lone_records_callback_may_close_its_reader(rb_obj: BPFObject, perf_ob
         reader.close()
 
     reader = _one_record_reader(kind, rb_obj, perf_obj, 5, on_seq)
-    assert reader.poll(1000) == 1
+    assert reader.poll(1) == 1
     assert got == [5] and reader.closed
     with pytest.raises(ClosedError):
         reader.poll(0)
@@ -325,7 +325,7 @@ def test_close_from_another_thread_does_not_wait_for_a_lone_records_callback(
 
     def poll() -> None:
         try:
-            polled.append(reader.poll(1000))
+            polled.append(reader.poll(1))
         except BaseException as e:  # reported by the assertion below
             polled.append(e)
 

@@ -163,8 +163,8 @@ def test_closing_the_object_under_open_readers(bpf_objects: dict[str, Path]) -> 
             run_prog_fd(fds[0], EMIT_ARGS.pack(3, 0, 0, 0, 0, 0))
             run_prog_fd(fds[1], RAW_TP_ARGS.pack(3, 0, 0, 0), cpu=0)
             run_prog_fd(fds[2], ORDERED_ARGS.pack(3, old_ts(), 1, 0, 0, 0, ORD_RB0), cpu=0)
-            assert rb.poll(int(TIMEOUT * 1000)) == 3 and rb_seen == [0, 1, 2]
-            assert pb.poll(int(TIMEOUT * 1000)) == 3 and pb_seen == [0, 1, 2]
+            assert rb.poll(TIMEOUT) == 3 and rb_seen == [0, 1, 2]
+            assert pb.poll(TIMEOUT) == 3 and pb_seen == [0, 1, 2]
             assert [ORD_EVENT.unpack_from(ordered.read(timeout=TIMEOUT).raw_sample)[1] for _ in range(3)] == [0, 1, 2]
         # PerfReader: the same, on a fresh object (one reader per perf event array).
         pf_o = BPFObject.open(bpf_objects["perfbuf"]).load()
@@ -317,7 +317,7 @@ def test_ring_buffer_poll_raises_once_per_record_and_loses_nothing(rb_obj: BPFOb
         emit_ring(rb_obj.programs["emit"], 20)
         for i in range(20):
             with pytest.raises(RuntimeError, match=f"^record {i}$"):
-                rb.poll(int(TIMEOUT * 1000))
+                rb.poll(TIMEOUT)
         assert rb.poll(0) == 0
         assert rb.consume() == 0
     assert seen == list(range(20))
@@ -334,7 +334,7 @@ def test_perf_buffer_and_process_events_raise_once_per_record(rb_obj: BPFObject,
         emit_perf(perf_obj.programs["emit_perf"], 10, cpu=0)
         for _ in range(10):
             with pytest.raises(RuntimeError, match="perf"):
-                pb.poll(int(TIMEOUT * 1000))
+                pb.poll(TIMEOUT)
         assert pb.poll(0) == 0
     assert seen == list(range(10))
 
@@ -347,8 +347,8 @@ def test_perf_buffer_and_process_events_raise_once_per_record(rb_obj: BPFObject,
     emit_ring(rb_obj.programs["emit"], 10)
     for _ in range(10):
         with pytest.raises(RuntimeError, match="ring"):
-            process_events(rb_obj.maps["rb"], ring_callback, timeout_ms=0)
-    assert process_events(rb_obj.maps["rb"], ring_callback, timeout_ms=0) == 0
+            process_events(rb_obj.maps["rb"], ring_callback, timeout=0.0)
+    assert process_events(rb_obj.maps["rb"], ring_callback, timeout=0.0) == 0
     assert seen == list(range(10))
 
 
@@ -439,10 +439,10 @@ def test_garbage_deserializers_for_peek_and_process_events(rb_obj: BPFObject) ->
     with pytest.raises(ValueError, match="bad_event"):
         peek_ringbuf_events(m, deserializer=BadEvent.parse)
     got: list[Any] = []
-    assert process_events(m, got.append, max_events=1, timeout_ms=0, deserializer=lambda _r: None) == 1
+    assert process_events(m, got.append, max_events=1, timeout=0.0, deserializer=lambda _r: None) == 1
     assert got == [None]
     with pytest.raises(ValueError, match="bad_event"):
-        process_events(m, got.append, timeout_ms=0, deserializer=BadEvent.parse)
+        process_events(m, got.append, timeout=0.0, deserializer=BadEvent.parse)
     assert [rb_event(r)[0] for r in peek_ringbuf_events(m)] == [2, 3]
 
 
@@ -457,19 +457,18 @@ class Blocked:
 
 
 def blocked_reader(name: str, rb_obj: BPFObject, perf_obj: BPFObject, ord_obj: BPFObject) -> Blocked:
-    ms = int(TIMEOUT * 1000)
     if name == "RingBuffer.poll":
         rb = RingBuffer(rb_obj.maps["rb"], lambda _d: None)
-        return Blocked(rb, lambda: rb.poll(-1), lambda: emit_ring(rb_obj.programs["emit"], 1),
-                       lambda: rb.poll(ms) == 1)
+        return Blocked(rb, lambda: rb.poll(), lambda: emit_ring(rb_obj.programs["emit"], 1),
+                       lambda: rb.poll(TIMEOUT) == 1)
     if name == "RingBuffer.read_batch":
         rb = RingBuffer(rb_obj.maps["rb"], lambda _d: None)
         return Blocked(rb, lambda: rb.read_batch(), lambda: emit_ring(rb_obj.programs["emit"], 1),
                        lambda: len(rb.read_batch(TIMEOUT)) == 1)
     if name == "PerfBuffer.poll":
         pb = PerfBuffer(perf_obj.maps["events"], lambda _c, _d: None)
-        return Blocked(pb, lambda: pb.poll(-1), lambda: emit_perf(perf_obj.programs["emit_perf"], 1, cpu=0),
-                       lambda: pb.poll(ms) == 1)
+        return Blocked(pb, lambda: pb.poll(), lambda: emit_perf(perf_obj.programs["emit_perf"], 1, cpu=0),
+                       lambda: pb.poll(TIMEOUT) == 1)
     if name == "PerfReader.read":
         pr = PerfReader(perf_obj.maps["events"])
         return Blocked(pr, pr.read, lambda: emit_perf(perf_obj.programs["emit_perf"], 1, cpu=0),
@@ -663,8 +662,8 @@ emit_ring(rb_o.programs["emit"], 2, target=1)
 emit_perf(pf1.programs["emit_perf"], 2, cpu=0)
 emit_perf(pf2.programs["emit_perf"], 2, cpu=0)
 emit_ordered(ord_o.programs["emit_ordered"], 2, ts=old_ts())
-assert rb.poll(10000) == 2, "RingBuffer"
-assert pb.poll(10000) >= 1 and pb.consume() >= 0 and len(pb_seen) == 2, "PerfBuffer"
+assert rb.poll(10) == 2, "RingBuffer"
+assert pb.poll(10) >= 1 and pb.consume() >= 0 and len(pb_seen) == 2, "PerfBuffer"
 assert [pr.read(timeout=10).cpu for _ in range(2)] == [0, 0], "PerfReader"
 assert [od.read(timeout=10).cpu for _ in range(2)] == [0, 0], "OrderedReader"
 assert wait_until(lambda: len(bp_seen) == 2), "BackpressureConsumer"
@@ -725,7 +724,7 @@ def drain_ring(reader: str, obj: BPFObject, expected: int) -> list[int]:
     if reader == "RingBuffer":
         out: list[int] = []
         with RingBuffer(m, lambda d: out.append(rb_event(d)[0])) as rb:
-            while rb.poll(500):
+            while rb.poll(0.5):
                 pass
         return out
     if reader == "map_ringbuf":
@@ -759,10 +758,10 @@ def test_a_perf_ring_overflowing_in_the_kernel(perf_obj: BPFObject, ord_obj: BPF
         with PerfBuffer(perf_obj.maps["events"], lambda _c, d: samples.append(struct.unpack_from("<Q", d)[0]),
                         lost_callback=lambda cpu, n: lost.append((cpu, n)), page_cnt=1) as pb:
             emit_perf(prog, written, cpu=0)
-            while pb.poll(300):
+            while pb.poll(0.3):
                 pass
             emit_perf(prog, 1, first_seq=written, cpu=0)  # room again: the lost record comes before it
-            while pb.poll(300):
+            while pb.poll(0.3):
                 pass
             assert pb.lost_samples == sum(n for _, n in lost)
         failed = counter(perf_obj, "failed_outputs")

@@ -80,7 +80,7 @@ def test_a_const_volatile_filter_changes_which_events_arrive(bpf_objects: dict[s
             events: list[int] = []
             with RingBuffer(obj.maps["rb"], lambda d, ev=events: ev.append(int.from_bytes(d[:4], "little"))) as rb:
                 rets = [run(obj) for _ in range(3)]
-                rb.poll(timeout_ms=0)
+                rb.poll(0.0)
             received[target] = events
             assert rets == ([1, 2, 3] if target == os.getpid() else [2**32 - 2] * 3)  # retval is a u32: -2
     assert received == {os.getpid(): [os.getpid()] * 3, 1: []}

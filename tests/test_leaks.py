@@ -105,7 +105,7 @@ def test_ring_buffer(objs: dict[str, BPFObject]) -> None:
     def cycle() -> None:
         with RingBuffer(o.maps["rb"], lambda _d: None) as rb:
             emit_ring(emit, 1)
-            assert rb.poll(5000) == 1
+            assert rb.poll(5) == 1
 
     check_flat("RingBuffer", cycle, CYCLES)
 
@@ -117,7 +117,7 @@ def test_perf_buffer(objs: dict[str, BPFObject]) -> None:
     def cycle() -> None:
         with PerfBuffer(o.maps["events"], lambda _cpu, _d: None, page_cnt=1) as pb:
             emit_perf(emit, 1, cpu=0)
-            assert pb.poll(5000) == 1
+            assert pb.poll(5) == 1
 
     check_flat("PerfBuffer", cycle, CYCLES)
 
@@ -167,7 +167,7 @@ def test_mmap_layer(objs: dict[str, BPFObject]) -> None:
             emit_ring(emit, 1)
             assert len(read_ringbuf_events(layout)) == 1
         emit_ring(emit, 1)
-        assert process_events(o.maps["rb"], lambda _r: None, max_events=1, timeout_ms=5000) == 1
+        assert process_events(o.maps["rb"], lambda _r: None, max_events=1, timeout=5) == 1
 
     check_flat("map_ringbuf + process_events", cycle, CYCLES)
 
@@ -230,7 +230,7 @@ def test_object_open_load_close(bpf_objects: dict[str, Path], name: str) -> None
             if name == "ringbuf":
                 emit_ring(o.programs["emit"], 1)
                 with RingBuffer(o.maps["rb"], lambda _d: None) as rb:
-                    assert rb.poll(5000) == 1
+                    assert rb.poll(5) == 1
         with BPFObject.open(elf, object_name=name) as o:
             o.load()
 

@@ -89,7 +89,7 @@ RingBufConsumer(objs["rb"].maps["rb2"], lambda d: None).start()
 layout = map_ringbuf(objs["or"].maps["rb1"])
 forever(lambda: read_ringbuf_events(layout))
 pb = PerfBuffer(objs["pb"].maps["events"], lambda c, d: None)
-forever(lambda: pb.poll(50))
+forever(lambda: pb.poll(0.05))
 pr = PerfReader(objs["pr"].maps["events"], per_cpu_buffer=65536)
 forever(lambda: pr.read(timeout=0.05))
 op = OrderedReader(objs["op"].maps["events"], timestamp=0, window_ms=0)
@@ -454,7 +454,7 @@ def test_two_threads_on_one_reader_get_each_record_once(bpf_objects: dict[str, P
             rb = stack.enter_context(RingBuffer(m, lambda d: sink().append(slow(rb_event(d)[0]))))
             emit_ring(rb_o.programs["emit"], N)
             if name == "RingBuffer.poll":
-                read = lambda: (rb.poll(50), take())[1]  # noqa: E731
+                read = lambda: (rb.poll(0.05), take())[1]  # noqa: E731
             elif name == "RingBuffer.consume":
                 read = lambda: (rb.consume(), take())[1]  # noqa: E731
             else:
@@ -465,7 +465,7 @@ def test_two_threads_on_one_reader_get_each_record_once(bpf_objects: dict[str, P
                                                 page_cnt=64))
             emit_perf(pf_o.programs["emit_perf"], N, cpu=0)
             if name == "PerfBuffer.poll":
-                read = lambda: (pb.poll(50), take())[1]  # noqa: E731
+                read = lambda: (pb.poll(0.05), take())[1]  # noqa: E731
             else:
                 read = lambda: count([slow(struct.unpack_from("<Q", d)[0]) for d in pb.read_batch(0.05)])  # noqa: E731
         elif name == "PerfReader.read":
@@ -493,7 +493,7 @@ def test_two_threads_on_one_reader_get_each_record_once(bpf_objects: dict[str, P
         else:
             emit_ring(rb_o.programs["emit"], N)
             read = lambda: (process_events(m, lambda r: sink().append(slow(rb_event(r)[0])),  # noqa: E731
-                                           max_events=5, timeout_ms=50), take())[1]
+                                           max_events=5, timeout=0.05), take())[1]
         seen = two_threads(read, done)
     assert sorted(seen) == list(range(N)), (len(seen), len(set(seen)))
 
@@ -523,7 +523,7 @@ def test_a_callback_polling_its_own_reader_is_refused(bpf_objects: dict[str, Pat
             holder.append(rb)
             emit_ring(o.programs["emit"], 2)
             with pytest.raises(RuntimeError, match="RingBuffer: called from its own callback"):
-                rb.poll(int(TIMEOUT * 1000))
+                rb.poll(TIMEOUT)
             assert rb.poll(0) == 1
     assert seen == [0, 1]
 

@@ -105,7 +105,7 @@ def test_process_events_returns_once_max_events_were_delivered(obj: BPFObject) -
     got: list[tuple[int, int, int]] = []
     emit_ring(obj.programs["emit"], 15, first_seq=50)
     # returns with 10 records, not at the timeout: a timeout this long would fail the test's own deadline
-    assert process_events(obj.maps["rb"], got.append, max_events=10, timeout_ms=10**9, deserializer=rb_event) == 10
+    assert process_events(obj.maps["rb"], got.append, max_events=10, timeout=0.01**9, deserializer=rb_event) == 10
     assert [e[0] for e in got] == list(range(50, 60))
     assert seqs(peek_ringbuf_events(obj.maps["rb"], None)) == list(range(60, 65))  # the rest stays
 
@@ -114,11 +114,11 @@ def test_process_events_runs_until_the_timeout_without_max_events(obj: BPFObject
     got: list[bytes] = []
     emit_ring(obj.programs["emit"], 5)
     t0 = time.monotonic()
-    assert process_events(obj.maps["rb"], got.append, timeout_ms=150) == 5
+    assert process_events(obj.maps["rb"], got.append, timeout=0.15) == 5
     assert time.monotonic() - t0 >= 0.12  # it waited for the timeout (a lower bound: load cannot break it)
     assert seqs(got) == list(range(5))
     emit_ring(obj.programs["emit"], 2, first_seq=5)
-    assert process_events(obj.maps["rb"], got.append, timeout_ms=0) == 2  # what is there, without waiting
+    assert process_events(obj.maps["rb"], got.append, timeout=0.0) == 2  # what is there, without waiting
     assert seqs(got) == list(range(7))
 
 
@@ -136,7 +136,7 @@ def test_process_events_waits_on_epoll_for_new_records(obj: BPFObject) -> None:
     thread.start()
     # with no limit on the wait, only the records can end the call (a lost wakeup: the thread's
     # deadline ends the test; process_events still returns within its 100 ms safety net then)
-    n = process_events(obj.maps["rb"], lambda e: got.append(e[0]), max_events=3, timeout_ms=-1,
+    n = process_events(obj.maps["rb"], lambda e: got.append(e[0]), max_events=3, timeout=None,
                        deserializer=rb_event)
     thread.join()
     assert n == 3 and got == [7, 8, 9]
@@ -152,7 +152,7 @@ def test_process_events_sees_no_wakeup_producers_through_its_safety_net(obj: BPF
 
     thread = threading.Thread(target=later)
     thread.start()
-    n = process_events(obj.maps["rb"], got.append, max_events=2, timeout_ms=3000)
+    n = process_events(obj.maps["rb"], got.append, max_events=2, timeout=3)
     thread.join()
     assert n == 2
 
@@ -167,7 +167,7 @@ def test_process_events_callback_exception_loses_nothing(obj: BPFObject) -> None
 
     emit_ring(obj.programs["emit"], 8)
     with pytest.raises(RuntimeError, match="boom at 3"):
-        process_events(obj.maps["rb"], callback, timeout_ms=1000, deserializer=rb_event)
+        process_events(obj.maps["rb"], callback, timeout=1, deserializer=rb_event)
     assert seen == [0, 1, 2, 3]
     # the raising record was delivered (consumed); the ones after it are still in the ring
     assert seqs(peek_ringbuf_events(obj.maps["rb"], None)) == [4, 5, 6, 7]

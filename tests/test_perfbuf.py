@@ -39,7 +39,7 @@ def test_every_online_cpu_delivers_with_its_cpu_number(obj: BPFObject) -> None:
             emit_perf(obj.programs["emit_perf"], 5, cpu=cpu, first_seq=cpu * 100)
         deadline = time.monotonic() + 60
         while len(seen) < 5 * len(cpus) and time.monotonic() < deadline:
-            pb.poll(100)
+            pb.poll(0.1)
     assert sorted(seen) == sorted((c, c, c * 100 + i) for c in cpus for i in range(5))
     assert counter(obj, "failed_outputs") == 0
 
@@ -48,7 +48,7 @@ def test_samples_carry_padding_to_8_bytes(obj: BPFObject) -> None:
     sizes: list[int] = []
     with PerfBuffer(obj.maps["events"], lambda cpu, d: sizes.append(len(d))) as pb:
         emit_perf(obj.programs["emit_perf"], 1, cpu=0, extra=1)  # 25-byte sample
-        pb.poll(1000)
+        pb.poll(1)
     assert len(sizes) == 1 and 25 <= sizes[0] <= 25 + 7 and (sizes[0] + 4) % 8 == 0
 
 
@@ -114,7 +114,7 @@ def test_one_sample_per_drain_keeps_the_callback_contract(obj: BPFObject) -> Non
         for seq in range(4):
             cpu = cpus[seq % len(cpus)]
             emit_perf(obj.programs["emit_perf"], 1, cpu=cpu, first_seq=seq, value=3 * seq)
-            assert pb.poll(1000) == 1
+            assert pb.poll(1) == 1
             assert pb.consume() == 0
     # The views outlive their callbacks and the buffer; 24 bytes + the kernel's padding (to 8 with the size).
     assert all(isinstance(v, memoryview) and v.readonly and len(v) == 28 for _, v in kept)
@@ -132,7 +132,7 @@ def test_one_sample_whose_callback_raises_is_delivered_once(obj: BPFObject) -> N
     with PerfBuffer(obj.maps["events"], callback) as pb:
         emit_perf(obj.programs["emit_perf"], 1, cpu=0, first_seq=7)
         with pytest.raises(RuntimeError, match="boom"):
-            pb.poll(1000)
+            pb.poll(1)
         assert pb.consume() == 0
     assert seen == [7]
 
@@ -149,11 +149,11 @@ def test_callback_return_values_are_ignored_one_sample_or_many(obj: BPFObject, r
 
     with PerfBuffer(obj.maps["events"], callback) as pb:
         emit_perf(obj.programs["emit_perf"], 1, cpu=0, first_seq=0)
-        assert pb.poll(1000) == 1
+        assert pb.poll(1) == 1
         emit_perf(obj.programs["emit_perf"], 3, cpu=0, first_seq=1)
-        assert pb.poll(1000) == 3
+        assert pb.poll(1) == 3
         emit_perf(obj.programs["emit_perf"], 1, cpu=0, first_seq=4)
-        assert pb.poll(1000) == 1
+        assert pb.poll(1) == 1
     assert seen == [0, 1, 2, 3, 4]
 
 
@@ -182,7 +182,7 @@ def test_a_lost_notice_with_one_sample_reaches_the_lost_callback(obj: BPFObject,
         # The kernel writes the PERF_RECORD_LOST notice with the next sample that fits.
         emit_perf(obj.programs["emit_perf"], 1, cpu=0, first_seq=5000)
         if how == "poll":
-            assert pb.poll(1000) == 2
+            assert pb.poll(1) == 2
         else:
             batch = pb.read_batch(1.0)
             got.extend((c, _sample(v)[0]) for c, v in zip(batch.tags, batch, strict=True))
@@ -194,7 +194,7 @@ def test_a_lost_notice_with_one_sample_reaches_the_lost_callback(obj: BPFObject,
 def test_close_wakes_a_blocked_poll(obj: BPFObject) -> None:
     pb = PerfBuffer(obj.maps["events"], lambda cpu, d: None)
     errors: list[BaseException] = []
-    thread = threading.Thread(target=lambda: errors.append(_catch(lambda: pb.poll(-1))))
+    thread = threading.Thread(target=lambda: errors.append(_catch(lambda: pb.poll())))
     thread.start()
     time.sleep(0.05)
     pb.close()
@@ -272,7 +272,7 @@ def test_a_blocked_wait_wakes_for_a_sample_on_each_cpu(obj: BPFObject, how: str)
 
             def wait() -> None:
                 if how == "poll":
-                    pb.poll(-1)
+                    pb.poll()
                 else:
                     batch = pb.read_batch(None)
                     got.extend(zip(batch.tags, map(_seq, batch), strict=True))
@@ -321,13 +321,13 @@ def test_a_wakeup_taken_by_another_poll_does_not_strand_its_sample(obj: BPFObjec
         emit_perf(obj.programs["emit_perf"], 1, cpu=first, first_seq=1)
         p = select.poll()
         p.register(pb.buffer_fd(cpus.index(first)), select.POLLIN)
-        assert p.poll(5000)  # the wakeup is taken here
-        thread, errors = _waiting(lambda: pb.poll(-1))
+        assert p.poll(5)  # the wakeup is taken here
+        thread, errors = _waiting(lambda: pb.poll())
         emit_perf(obj.programs["emit_perf"], 1, cpu=last, first_seq=2)
         thread.join(60)
         assert not thread.is_alive() and errors == [None]
         while len(got) < 2:  # on one CPU both samples come with the one wakeup; else maybe in two polls
-            pb.poll(1000)
+            pb.poll(1)
     assert sorted(got, key=lambda g: g[1]) == [(first, 1), (last, 2)]
 
 
@@ -336,7 +336,7 @@ def test_the_wait_watches_the_perf_fds_directly_not_libbpfs_epoll_set(obj: BPFOb
     # wakeups from ours (a perf fd reports each to one poll): while a PerfBuffer waits, no epoll set
     # watches libbpf's; the set that holds every ring's fd is the reader's own.
     pb = PerfBuffer(obj.maps["events"], lambda cpu, d: None)
-    thread, errors = _waiting(lambda: pb.poll(-1))
+    thread, errors = _waiting(lambda: pb.poll())
     try:
         sets = epoll_sets()
         libbpf_set = pb.epoll_fd()

@@ -88,7 +88,7 @@ def test_at_most_a_block_a_call_the_rest_stays(obj: BPFObject, prog: Program, mo
         emit_ordered(prog, 250, seq=0, target=ORD_RB0)
         assert rb.read_arrow(EVENT, timeout=30).column("seq").to_pylist() == list(range(100))
         assert rb.read_arrow(EVENT, timeout=30).column("seq").to_pylist() == list(range(100, 200))
-        assert rb.poll(1000) == 50 and got == list(range(200, 250))   # left in the ring, read once
+        assert rb.poll(1) == 50 and got == list(range(200, 250))   # left in the ring, read once
 
 
 BIG_EVENT = defevent("ord_event_big", ("ts", "u64"), ("seq", "u64"), ("cpu", "u32"), ("tag", "u32"),
@@ -152,7 +152,7 @@ def test_two_rings_and_what_a_poll_left_first(obj: BPFObject, prog: Program) -> 
     with RingBuffer(obj.maps["rb0"], stop_at_two) as rb:
         rb.add(obj.maps["rb1"], ignore)
         emit_ordered(prog, 5, seq=0, target=ORD_RB0)
-        assert rb.poll(1000) == 2   # the callback stopped: 3 records drained, pending
+        assert rb.poll(1) == 2   # the callback stopped: 3 records drained, pending
         emit_ordered(prog, 2, seq=50, target=ORD_RB1)
         assert rb.read_arrow(EVENT, timeout=30).column("seq").to_pylist() == [2, 3, 4]
         assert rb.read_arrow(EVENT, timeout=30).column("seq").to_pylist() == [50, 51]

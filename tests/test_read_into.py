@@ -96,7 +96,7 @@ def test_ringbuffer_partial_out_leaves_the_rest_in_the_ring(obj: BPFObject, prog
             assert rb.read_into(out, timeout=30) == 3
             assert out["seq"].tolist() == [first, first + 1, first + 2]
         # the record left over goes to whoever reads next, once
-        assert rb.poll(1000) == 1 and got == [9]
+        assert rb.poll(1) == 1 and got == [9]
         assert rb.read_into(out, timeout=0) == 0
 
 
@@ -112,7 +112,7 @@ def test_ringbuffer_two_rings_and_pending_records_first(obj: BPFObject, prog: Pr
     with rb:
         rb.add(obj.maps["rb1"], ignore)
         emit_ordered(prog, 5, seq=0, target=ORD_RB0)
-        assert rb.poll(1000) == 2  # the callback stopped: 3 records drained, pending
+        assert rb.poll(1) == 2  # the callback stopped: 3 records drained, pending
         emit_ordered(prog, 2, seq=50, target=ORD_RB1)
         emit_ordered(prog, 1, seq=60, extra=8, target=ORD_RB1)
         out = np.zeros(8, EV)
@@ -263,7 +263,7 @@ def test_ringbuffer_read_into_from_its_own_callback(obj: BPFObject, prog: Progra
     rb = RingBuffer(obj.maps["rb0"], cb)
     with rb:
         emit_ordered(prog, 1, target=ORD_RB0)
-        assert rb.poll(1000) == 1
+        assert rb.poll(1) == 1
     assert len(errors) == 1 and "own callback" in str(errors[0])
 
 

@@ -312,7 +312,7 @@ class RingBufferSource(EventSource):
         self._rb = RingBuffer(m, count)
 
     def run(self, timeout: float) -> None:
-        self._rb.poll(max(0, int(timeout * 1000)))
+        self._rb.poll(max(0.0, timeout))
 
     def stats(self) -> SourceStats:
         return SourceStats(received=self._received)
