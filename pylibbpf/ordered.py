@@ -12,10 +12,11 @@ from __future__ import annotations
 import errno
 import mmap
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any
 
 from . import _check, _close, _into, _libbpf, _shim
 from ._batch import SMALL_BYTES, OrderedBatch, Record, RecordReader
@@ -72,6 +73,9 @@ def _timestamp_offset(timestamp: object, event: EventDef | None) -> int | None:
     if isinstance(timestamp, int):
         if timestamp < 0:
             raise ValueError(f"timestamp offset must be >= 0, got {timestamp}")
+        if timestamp + 8 > _check.UINT32_MAX:  # the merge keeps offsets in a u32 (plb_merge.h)
+            raise ValueError(f"timestamp offset must be <= {_check.UINT32_MAX - 8} (a u64 inside a record), "
+                             f"got {timestamp}")
         if event is not None and timestamp + 8 > event.size:
             raise ValueError(f"timestamp offset {timestamp}: a u64 there does not fit in event "
                              f"{event.name!r} ({event.size} bytes)")
@@ -367,20 +371,23 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
         batch.lost_notices = batch.take_lost()
         return batch
 
-    @overload
-    def read_into(self, out: Record, timeout: float | None = None) -> None: ...
+    def read_record_into(self, record: Record, timeout: float | None = None) -> None:
+        """As :meth:`read` (same blocking and errors), but every field of ``record`` is overwritten.
 
-    @overload
+        A ``bytearray`` ``raw_sample`` is reused (resized in place), as
+        :meth:`PerfReader.read_record_into` does.
+        """
+        rec = self.read(timeout)
+        if isinstance(record.raw_sample, bytearray):
+            record.raw_sample[:] = rec.raw_sample
+        else:
+            record.raw_sample = bytearray(rec.raw_sample)
+        record.cpu, record.lost_samples, record.timestamp, record.late = (
+            rec.cpu, rec.lost_samples, rec.timestamp, rec.late)
+
     def read_into(self, out: Any, timeout: float | None = None, *, record_size: Any = None,
-                  timestamps: Any = None, flags: Any = None) -> int: ...
-
-    def read_into(self, out: Any, timeout: float | None = None, *, record_size: Any = None,
-                  timestamps: Any = None, flags: Any = None) -> int | None:
-        """Two forms: a :class:`Record` is filled in place; an array gets rows straight from the merge.
-
-        ``read_into(record, timeout=None)``: as :meth:`read` (same blocking and
-        errors), but every field of ``record`` is overwritten; a ``bytearray``
-        ``raw_sample`` is reused (resized in place). Returns None.
+                  timestamps: Any = None, flags: Any = None) -> int:
+        """Rows straight from the merge into an array; returns how many rows were written.
 
         ``read_into(out, timeout=None, *, record_size=None, timestamps=None,
         flags=None) -> int``: the merge writes records, in merged order,
@@ -411,13 +418,10 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
             if record_size is not None or timestamps is not None or flags is not None:
                 raise TypeError("OrderedReader.read_into(record): record_size, timestamps and flags are for "
                                 "an array out")
-            rec = self.read(timeout)
-            if isinstance(out.raw_sample, bytearray):
-                out.raw_sample[:] = rec.raw_sample
-            else:
-                out.raw_sample = bytearray(rec.raw_sample)
-            out.cpu, out.lost_samples, out.timestamp, out.late = rec.cpu, rec.lost_samples, rec.timestamp, rec.late
-            return None
+            warnings.warn("OrderedReader.read_into(record) is deprecated: use read_record_into(record); "
+                          "read_into fills the rows of an array", DeprecationWarning, stacklevel=2)
+            self.read_record_into(out, timeout)
+            return 1
         rows = _into.Rows(out, record_size)
         ts = _into.column(timestamps, rows, 8, "timestamps")
         fl = _into.column(flags, rows, 1, "flags")

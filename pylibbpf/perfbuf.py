@@ -18,11 +18,12 @@ import math
 import mmap
 import os
 import threading
+import warnings
 from collections.abc import AsyncIterator, Callable
 from itertools import islice
 from typing import Any
 
-from . import _check, _close, _libbpf, _shim
+from . import _check, _close, _into, _libbpf, _shim
 from ._batch import Batch, BatchReader, CDrain, Record, RecordReader, any_nonzero, no_callback
 from ._close import Callback, Waiter, current_pid
 from ._ffi import ffi, lib
@@ -294,6 +295,7 @@ class PerfReader(RecordReader, CDrain):
         attr = _shim.plb_perf_attr_new(lib.PLB_PERF_SAMPLE_RAW, wakeup_events or 1, watermark, -1)
         self._batch = _shim.plb_batch_new(256, 64 * 1024)
         self._pending: Batch | None = None
+        self._odd: list[_into.OddRecord] = []
         self._paused = False
         self._pause_lock = threading.Lock()
         self._drained = ffi.new("int *")
@@ -336,8 +338,8 @@ class PerfReader(RecordReader, CDrain):
         self._next_into(rec, timeout, reuse=False)
         return rec
 
-    def read_into(self, record: Record, timeout: float | None = None) -> None:
-        """As :meth:`read`, but fill ``record`` in place, reusing its sample buffer.
+    def read_record_into(self, record: Record, timeout: float | None = None) -> None:
+        """As :meth:`read`, but fill ``record`` in place, reusing its sample buffer (cilium's ReadInto).
 
         Every field of ``record`` is overwritten. When ``record.raw_sample`` is
         a ``bytearray``, that same object receives the sample (resized in
@@ -345,9 +347,55 @@ class PerfReader(RecordReader, CDrain):
         is large enough); otherwise a new ``bytearray`` is assigned, to be
         reused by the next call. A bytearray with live memoryviews cannot be
         resized: BufferError is raised and the record stays unread.
-        The bytes are valid until the next ``read_into`` with this record.
+        The bytes are valid until the next ``read_record_into`` with this record.
         """
         self._next_into(record, timeout, reuse=True)
+
+    def read_into(self, out: Any, timeout: float | None = None, *, record_size: Any = None) -> int:
+        """Fill the rows of ``out`` with the next records, as every reader's ``read_into`` does.
+
+        ``out``: a numpy structured array or a writable buffer with
+        ``record_size=`` (an int or an EventDef), as for
+        :meth:`PerfBuffer.read_into`. Waits like :meth:`read` for the first
+        record, for at most ``timeout`` seconds, then takes what the rings
+        hold without waiting, up to ``len(out)`` rows; returns the rows
+        written (0 on timeout). A sample fits a row when it is the row size
+        plus at most 7 bytes of the kernel's padding; other samples are handed
+        back by :meth:`take_odd`, lost-sample notices are skipped (the record
+        form, :meth:`read`, shows them). Records pass through Python one at a
+        time here: :meth:`PerfBuffer.read_into` is the fast path.
+
+        Giving a :class:`Record` (the form before 0.2) fills it as
+        :meth:`read_record_into` does, with a DeprecationWarning.
+        """
+        if isinstance(out, Record):
+            warnings.warn("PerfReader.read_into(record) is deprecated: use read_record_into(record); "
+                          "read_into fills the rows of an array", DeprecationWarning, stacklevel=2)
+            self._next_into(out, timeout, reuse=True)
+            return 1
+        rows = _into.Rows(out, record_size)
+        deadline = _check.deadline(timeout)
+        written = 0
+        while written < rows.count:
+            left = _check.remaining_ms(deadline)
+            try:
+                rec = self.read(None if left < 0 else left / 1000) if written == 0 else self.read(0)
+            except TimeoutError:
+                break
+            sample = rec.raw_sample
+            if rec.lost_samples:
+                continue
+            if not rows.size <= len(sample) <= rows.size + 7:
+                self._odd.append(_into.OddRecord(written, bytes(sample), rec.cpu))
+                continue
+            ffi.memmove(rows.ptr + written * rows.size, sample, rows.size)
+            written += 1
+        return written
+
+    def take_odd(self) -> list[_into.OddRecord]:
+        """The records :meth:`read_into` met whose size did not fit a row, oldest first (then forgotten)."""
+        odd, self._odd = self._odd, []
+        return odd
 
     def pause(self) -> None:
         """Stop the kernel from writing: BPF programs' ``bpf_perf_event_output`` fails with -ENOENT.

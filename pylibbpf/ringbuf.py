@@ -487,6 +487,10 @@ def process_events(map: Map, callback: Callback, max_events: int | None = None, 
     return done
 
 
+# RingBufLayout's public home is this module (it is written in _rings.py, beside the perf rings).
+RingBufLayout.__module__ = __name__
+
+
 def _event_size(event_def: Any, what: str) -> int:
     """An EventDef's record size; TypeError naming ``what`` for anything else."""
     return require_event_def(event_def, what).size

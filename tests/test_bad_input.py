@@ -611,6 +611,12 @@ CASES: list[Case] = [
          lambda c: _then_close(c.progs.programs["dump_pids"].attach_iter(), lambda link: link.read(chunk=0)),
          ValueError, r"^chunk must be >= 1, got 0$"),
 
+    # -- readers: the ordered merge's timestamp offset ----------------------------------------
+    Case("`OrderedReader(map, timestamp=2**32)`", lambda c: OrderedReader(c.ordered.maps["events"], timestamp=2**32),
+         ValueError, r"^timestamp offset must be <= 4294967287 \(a u64 inside a record\), got 4294967296$"),
+    Case("`OrderedReader(map, timestamp=2**64)`", lambda c: OrderedReader(c.ordered.maps["events"], timestamp=2**64),
+         ValueError, r"^timestamp offset must be <= 4294967287 \(a u64 inside a record\), got 18446744073709551616$"),
+
 ]
 
 

@@ -148,8 +148,8 @@ PARAMS: list[Param] = [
           lambda c, v: PerfReader(c.perf.maps["events"], wakeup_events=v)),
     Param("PerfReader.read(timeout=)", "timeout", "timeout",
           lambda c, v: _closing(PerfReader(c.perf.maps["events"]), lambda r: r.read(timeout=v))),
-    Param("PerfReader.read_into(record, timeout=)", "timeout", "timeout",
-          lambda c, v: _closing(PerfReader(c.perf.maps["events"]), lambda r: r.read_into(Record(), timeout=v))),
+    Param("PerfReader.read_record_into(record, timeout=)", "timeout", "timeout",
+          lambda c, v: _closing(PerfReader(c.perf.maps["events"]), lambda r: r.read_record_into(Record(), timeout=v))),
     # --- OrderedReader -----------------------------------------------------------------------------
     Param("OrderedReader(map, window_ms=)", "window_ms", "seconds",
           lambda c, v: OrderedReader(c.ordered.maps["events"], window_ms=v)),

@@ -69,16 +69,16 @@ def test_read_into_reuses_the_record_and_its_bytearray(obj: BPFObject, prog: Pro
         emit(prog, 1, cpu=0, seq=2, extra=100)
         emit(prog, 1, cpu=0, seq=3)
         rec = Record()
-        rd.read_into(rec, timeout=30)
+        rd.read_record_into(rec, timeout=30)
         buf = rec.raw_sample
         assert isinstance(buf, bytearray) and EVENT.unpack_from(buf)[1] == 1
-        rd.read_into(rec, timeout=30)
+        rd.read_record_into(rec, timeout=30)
         assert rec.raw_sample is buf and len(buf) == 132 and EVENT.unpack_from(buf)[1] == 2
         view = memoryview(buf)   # a live export: the bytearray cannot be resized ...
         with pytest.raises(BufferError):
-            rd.read_into(rec, timeout=30)
+            rd.read_record_into(rec, timeout=30)
         view.release()
-        rd.read_into(rec, timeout=30)  # ... and the record was not lost
+        rd.read_record_into(rec, timeout=30)  # ... and the record was not lost
         assert rec.raw_sample is buf and EVENT.unpack_from(buf)[1] == 3 and len(buf) == 36
         assert rec.cpu == 0 and rec.lost_samples == 0
 
@@ -262,3 +262,23 @@ def test_the_wait_watches_the_perf_fds_directly_not_a_nested_epoll_set(obj: BPFO
         rd.close()
         thread.join(60)
     assert not thread.is_alive() and isinstance(caught[0], ClosedError)
+
+
+def test_read_into_fills_rows_and_the_record_form_is_deprecated(obj: BPFObject, prog: Program) -> None:
+    import numpy as np
+
+    with PerfReader(obj.maps["events"]) as rd:
+        emit(prog, 2, cpu=0, seq=10)
+        emit(prog, 1, cpu=0, seq=12, extra=100)  # another size: handed back
+        emit(prog, 1, cpu=0, seq=13)
+        out = np.zeros(8, dtype=[("ts", "<u8"), ("seq", "<u8"), ("cpu", "<u4"), ("tag", "<u4"),
+                                 ("gseq", "<u8")])  # struct ord_event
+        assert rd.read_into(out, 30, record_size=None) == 3
+        assert list(out["seq"][:3]) == [10, 11, 13]
+        assert [(o.row, EVENT.unpack_from(o.data)[1]) for o in rd.take_odd()] == [(2, 12)]
+        assert rd.read_into(out, 0) == 0  # nothing left: no wait
+        emit(prog, 1, cpu=0, seq=20)
+        rec = Record()
+        with pytest.warns(DeprecationWarning, match=r"read_into\(record\) is deprecated: use read_record_into"):
+            rd.read_into(rec, timeout=30)
+        assert EVENT.unpack_from(rec.raw_sample)[1] == 20

@@ -390,7 +390,7 @@ def test_ordered_ring_buffers_and_record_form(obj: BPFObject, prog: Program) -> 
         emit_ordered(prog, 2, ts=base, step=2, seq=10, target=ORD_RB1)
         rec = Record(raw_sample=bytearray())
         keep = rec.raw_sample
-        rd.read_into(rec, timeout=30)  # the Record form, as PerfReader's
+        rd.read_record_into(rec, timeout=30)  # the Record form, as PerfReader's
         assert rec.raw_sample is keep and rec.timestamp == base and rec.cpu == 1
         out, ts = np.zeros(8, EV), np.zeros(8, np.uint64)
         n = rd.read_into(out, timeout=30, timestamps=ts)
