@@ -128,3 +128,17 @@ def no_fd_leak(request: pytest.FixtureRequest) -> Iterator[None]:
             pass  # the listing's own fd, gone already
     if details:
         pytest.fail(f"{request.node.name} leaked file descriptors: {', '.join(details)}")
+
+
+@pytest.fixture
+def obj(request: pytest.FixtureRequest, bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
+    """The test module's BPF object (its ``BPF_OBJECT``, a name in tests/bpf/build), loaded; closed after.
+
+    A module that sets its object up otherwise (globals before load, ...) defines its own ``obj``.
+    """
+    name = getattr(request.module, "BPF_OBJECT", None)
+    if name is None:
+        pytest.fail(f"{request.module.__name__} uses the obj fixture but sets no BPF_OBJECT")
+    with BPFObject.open(bpf_objects[name]) as o:
+        o.load()
+        yield o

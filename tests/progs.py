@@ -152,6 +152,26 @@ def blocked_in_epoll(tid: int) -> bool:
         return f.read() == "do_epoll_wait"
 
 
+def threads_in_epoll() -> set[int]:
+    """The threads of this process asleep in epoll_wait now (native ones too: a consumer's C reader)."""
+    asleep = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/wchan") as f:
+                if f.read() == "do_epoll_wait":
+                    asleep.add(int(tid))
+        except FileNotFoundError:  # the thread ended meanwhile
+            pass
+    return asleep
+
+
+def started_and_blocked(start: Callable[[], object]) -> None:
+    """``start()`` (a consumer's), returned once a thread it started sleeps in epoll_wait."""
+    before = threads_in_epoll()
+    start()
+    assert wait_until(lambda: bool(threads_in_epoll() - before)), "no new thread went to sleep in epoll_wait"
+
+
 def call_blocked(call: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
     """``call()`` in a thread, returned once that thread sleeps in epoll_wait (or has ended): the
     thread, and the list that gets its result or exception."""

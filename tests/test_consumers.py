@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from progs import accounted, counter, emit_ring, rb_event, wait_until
+from progs import accounted, counter, emit_ring, rb_event, started_and_blocked, wait_until
 
 from pylibbpf import (
     BackpressureConsumer,
@@ -48,11 +48,7 @@ from pylibbpf.consumers import sampling_consumer
 pytestmark = pytest.mark.usefixtures("bpf_privileged", "no_consumer_thread_left")
 
 
-@pytest.fixture
-def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
-    with BPFObject.open(bpf_objects["ringbuf"]) as o:
-        o.load()
-        yield o
+BPF_OBJECT = "ringbuf"  # the obj fixture (tests/conftest.py) loads it
 
 
 CHUNK = 1024  # records per trigger; the 64 KiB ring holds 2047 of them
@@ -109,8 +105,7 @@ def test_ringbuf_consumer_context_manager_and_bytes(obj: BPFObject) -> None:
 def test_ringbuf_consumer_stop_drains_what_was_published(obj: BPFObject) -> None:
     got: list[int] = []
     c = RingBufConsumer(obj.maps["rb"], lambda d: got.append(rb_event(d)[0]))
-    c.start()
-    time.sleep(0.02)  # the thread is asleep in epoll
+    started_and_blocked(c.start)  # the thread is asleep in epoll
     emit(obj, 500, flags=lib.BPF_RB_NO_WAKEUP)  # nobody is woken
     c.stop()  # wakes the thread at once; its final pass reads everything published
     assert got == list(range(500))
@@ -240,8 +235,7 @@ def test_backpressure_drops_when_the_queue_is_full_and_calls_drop_handler(obj: B
 def test_backpressure_stop_drains_the_queue(obj: BPFObject) -> None:
     got: list[int] = []
     bc = BackpressureConsumer(obj.maps["rb"], lambda d: got.append(rb_event(d)[0]))
-    bc.start()
-    time.sleep(0.02)
+    started_and_blocked(bc.start)  # the native reader is asleep in epoll
     emit(obj, 1000, flags=lib.BPF_RB_NO_WAKEUP)  # the native reader is not woken
     bc.stop()  # its final pass queues everything; the processor delivers it all
     s = bc.stats()

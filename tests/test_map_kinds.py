@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import socket
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,11 +22,7 @@ __all__ = ["pin_dir"]
 XDP_TX, XDP_PASS = 3, 2
 
 
-@pytest.fixture
-def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
-    with BPFObject.open(bpf_objects["map_kinds"]) as o:
-        o.load()
-        yield o
+BPF_OBJECT = "map_kinds"  # the obj fixture (tests/conftest.py) loads it
 
 
 def fold(obj: BPFObject) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,11 +27,7 @@ pytestmark = pytest.mark.usefixtures("bpf_privileged")
 RECORD = 24 + 8  # struct rb_event plus the ring's 8-byte header
 
 
-@pytest.fixture
-def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
-    with BPFObject.open(bpf_objects["ringbuf"]) as o:
-        o.load()
-        yield o
+BPF_OBJECT = "ringbuf"  # the obj fixture (tests/conftest.py) loads it
 
 
 def seqs(records: list[bytes]) -> list[int]:

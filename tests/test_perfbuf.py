@@ -6,7 +6,7 @@ import asyncio
 import select
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,11 +18,7 @@ from pylibbpf.features import online_cpus
 pytestmark = pytest.mark.usefixtures("bpf_privileged")
 
 
-@pytest.fixture
-def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
-    with BPFObject.open(bpf_objects["perfbuf"]) as o:
-        o.load()
-        yield o
+BPF_OBJECT = "perfbuf"  # the obj fixture (tests/conftest.py) loads it
 
 
 def test_every_online_cpu_delivers_with_its_cpu_number(obj: BPFObject) -> None:

@@ -7,7 +7,6 @@ import errno
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,11 +18,7 @@ from pylibbpf.events import defevent
 pytestmark = pytest.mark.usefixtures("bpf_privileged")
 
 
-@pytest.fixture
-def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
-    with BPFObject.open(bpf_objects["ringbuf"]) as o:
-        o.load()
-        yield o
+BPF_OBJECT = "ringbuf"  # the obj fixture (tests/conftest.py) loads it
 
 
 def test_records_arrive_in_order(obj: BPFObject) -> None:
