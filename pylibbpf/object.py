@@ -111,7 +111,18 @@ class BPFObject:
     at interpreter exit, when the kernel reclaims everything anyway.
     """
 
-    def __init__(self, ptr: CData, name: str, keepalive: list[Any]) -> None:
+    def __init__(self) -> None:
+        """Not called directly: an object comes from :meth:`open` or :meth:`compile`."""
+        raise TypeError("BPFObject is made with BPFObject.open(path_or_bytes) or BPFObject.compile(source)")
+
+    @classmethod
+    def _made(cls, ptr: CData, name: str, keepalive: list[Any]) -> BPFObject:
+        """The object for a ``struct bpf_object *`` libbpf just opened."""
+        obj = cls.__new__(cls)
+        obj._setup(ptr, name, keepalive)
+        return obj
+
+    def _setup(self, ptr: CData, name: str, keepalive: list[Any]) -> None:
         self._ptr = ptr
         self._name = name
         self._keepalive = keepalive  # buffers libbpf points into (ELF bytes, option strings)
@@ -171,7 +182,7 @@ class BPFObject:
             ptr = _libbpf.bpf_object__open_file(path, opts, f"bpf_object__open_file({path})")
         else:
             raise TypeError(f"BPFObject.open takes a path or bytes, not {type(path_or_bytes).__name__}")
-        return cls(ptr, _libbpf.bpf_object__name(ptr), keep)
+        return cls._made(ptr, _libbpf.bpf_object__name(ptr), keep)
 
     def _after_fork_in_child(self) -> None:
         """A fresh lock: a thread of the parent may have held it at the fork."""
