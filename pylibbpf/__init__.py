@@ -38,11 +38,12 @@ from .events import (
 )
 from .globals import Globals
 from .hist import Histogram
+from .link import Link
 from .maps import Map, RawMap
 from .object import BPFObject
 from .ordered import OrderedReader, OrderedStats
 from .perfbuf import PerfBuffer, PerfReader
-from .program import Link, Program, ProgramStats, TestRun, enable_stats
+from .program import Program, ProgramStats, TestRun, enable_stats
 from .ringbuf import (
     RingBuffer,
     UserRingBuffer,

@@ -21,8 +21,8 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Collection
-from typing import TypeVar
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 INT32_MAX = 2**31 - 1
 UINT32_MAX = 2**32 - 1
@@ -242,3 +242,17 @@ def bpffs_path(value: object, name: str) -> str:
         raise ValueError(f"{name} {p!r} is not on a BPF file system (bpffs; {directory} is on "
                          f"{fstype or 'no known mount'}): only pins on bpffs are removed")
     return p
+
+
+def key_value_pairs(mapping: Any, extra: Mapping[str, Any]) -> Iterator[tuple[Any, Any]]:
+    """(key, value) pairs of a mapping or of an iterable of pairs, then ``extra``'s; TypeError naming a bad item."""
+    if isinstance(mapping, Mapping):
+        yield from mapping.items()
+    elif isinstance(mapping, Iterable) and not isinstance(mapping, (str, bytes)):
+        for i, pair in enumerate(mapping):
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise TypeError(f"item #{i} must be a (key, value) pair, got {pair!r}")
+            yield pair[0], pair[1]
+    else:
+        raise TypeError(f"expected a mapping or (key, value) pairs, got {type(mapping).__name__}")
+    yield from extra.items()

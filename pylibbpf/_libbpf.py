@@ -810,6 +810,19 @@ def check_pinned_is(path: str, kind: str, fd: int, what: str) -> None:
                        "left in place", what)
 
 
+def unlink_pin(path: str, what: str) -> None:
+    """Remove a pin (a file on bpffs); BPFError with the errno when it cannot be removed."""
+    try:
+        os.unlink(path)
+    except OSError as e:
+        raise BPFError(e.errno or errno.EINVAL, f"cannot unpin {path}: {e.strerror}", what) from None
+
+
+def cbuf(data: bytes) -> CData:
+    """A C copy of ``data`` (at least one byte: zero-sized keys still need a valid pointer)."""
+    return ffi.new("char[]", data) if data else ffi.new("char[]", 1)
+
+
 def bpf_iter_create(link_fd: int, what: str) -> int:
     return check(lib.bpf_iter_create(link_fd), what)
 

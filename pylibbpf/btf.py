@@ -373,6 +373,38 @@ class ArrayType(ValueType):
         return b"".join(parts).ljust(self.size, b"\0")
 
 
+def value_type_of_u32() -> ValueType:
+    """A ``u32`` (a devmap's ifindex, a cpumap's queue size where the map has no BTF type)."""
+    return IntType("u32", 4, False)
+
+
+class FdValueType(ValueType):
+    """The value of a map of fds: written as an fd (an int, a Map, a Program, a socket), read back as an int.
+
+    ``what`` says what the fd is and what the kernel returns when the value is
+    read from user space (a program's or map's id, a socket's cookie).
+    """
+
+    def __init__(self, size: int, what: str) -> None:
+        self.size, self.name, self.what = size, f"fd[{what}]", what
+
+    def decode(self, raw: bytes) -> int:
+        return int.from_bytes(raw[:self.size], "little")
+
+    def encode(self, value: object, label: str) -> bytes:
+        if isinstance(value, int) and not isinstance(value, bool):
+            fd = value
+        elif hasattr(value, "fileno") and callable(value.fileno):
+            fd = value.fileno()  # a socket, a file
+        elif isinstance(getattr(value, "fd", None), int):
+            fd = getattr(value, "fd")  # a Map, a Program  # noqa: B009
+        else:
+            raise TypeError(f"{label} must be {self.what.split(' (')[0]}: an fd or an object with one "
+                            f"(Map, Program, socket), got {type(value).__name__}")
+        fd = _check.integer(fd, f"{label} (fd)", lo=0, hi=_check.INT32_MAX)
+        return fd.to_bytes(self.size, "little")
+
+
 class RecordType(ValueType):
     """A struct or union: reads as a record of :attr:`event`; writes a record or a mapping.
 

@@ -39,16 +39,17 @@ Conventions of parsed records:
 
 from __future__ import annotations
 
-import keyword
 import operator
 import re
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 from . import _check
+from ._record import EventRecord as EventRecord  # documented as pylibbpf.events.EventRecord
+from ._record import attr_name
 
 __all__ = [
     "TYPES",
@@ -130,56 +131,6 @@ class EventField:
     def size(self) -> int:
         """Size of the whole field in bytes (element size times count)."""
         return _TYPES[self.type].size * self.count
-
-
-class EventRecord(tuple):  # type: ignore[type-arg]
-    """Base class of the records :meth:`EventDef.parse` returns.
-
-    A record is a tuple of the field values in field order, with one read-only
-    attribute per field (see the module docstring for the names of dotted
-    fields).  Each :class:`EventDef` has its own subclass, ``EventDef.record_type``.
-    """
-
-    __slots__ = ()
-    _fields: ClassVar[tuple[str, ...]] = ()
-    _event: ClassVar[EventDef]
-
-    if TYPE_CHECKING:
-        # Field attributes are made per event at run time; tell type checkers
-        # that any attribute may exist.  No __getattr__ exists at run time: an
-        # unknown attribute raises AttributeError as usual.
-        def __getattr__(self, name: str) -> Any: ...
-
-    def _asdict(self) -> dict[str, Any]:
-        """Return ``{field name: value}`` in field order, dotted names kept."""
-        return dict(zip(self._fields, self))
-
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self))
-        return f"{type(self).__name__}({inner})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # The per-event classes are made at run time and cannot be found by
-        # name: a pickled record travels with its EventDef and is rebuilt as a
-        # record of the unpickled definition.
-        return (_rebuild_record, (self._event, tuple(self)))
-
-
-def _rebuild_record(event: EventDef, values: tuple[Any, ...]) -> EventRecord:
-    return event.record_type(values)
-
-
-# Only the record's own underscore names (``_asdict``, ``_fields``...) and dunders are kept
-# from fields: a field named like a public tuple method (``count``, ``index``) gets that
-# attribute, which then returns the field's value (the method is shadowed on that record type).
-_RESERVED_ATTRS = frozenset(n for n in dir(EventRecord) if n.startswith("_")) | {"_fields", "_event"}
-
-
-def _attr_name(field: str) -> str:
-    attr = field.replace(".", "_")
-    if keyword.iskeyword(attr) or attr in _RESERVED_ATTRS:
-        attr += "_"
-    return attr
 
 
 def _check_field_name(event: str, index: int, name: object) -> str:
@@ -295,7 +246,7 @@ class EventDef:
         for f in checked:
             if f.name in by_name:
                 raise ValueError(f"event {name!r}: duplicate field name {f.name!r}")
-            attr = _attr_name(f.name)
+            attr = attr_name(f.name)
             if attr in attrs:
                 raise ValueError(
                     f"event {name!r}: fields {attrs[attr]!r} and {f.name!r} "
@@ -335,7 +286,7 @@ class EventDef:
         field_names = tuple(f.name for f in ordered)
         namespace: dict[str, Any] = {"__slots__": (), "_fields": field_names, "_event": self}
         for i, f in enumerate(ordered):
-            namespace[_attr_name(f.name)] = property(
+            namespace[attr_name(f.name)] = property(
                 operator.itemgetter(i), doc=f"{f.type}[{f.count}] at offset {f.offset}"
             )
         record_type = type(name, (EventRecord,), namespace)

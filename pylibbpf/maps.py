@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from . import _check, _libbpf
 from ._ffi import ffi, lib
-from .btf import BytesType, IntType, ValueType, value_type
+from .btf import BytesType, FdValueType, ValueType, value_type, value_type_of_u32
 from .errors import BPFError
 from .events import EventDef
 
@@ -142,7 +142,7 @@ class _Elements(MutableMapping[Any, Any]):
         """
         what = f"push({self._map.name})"
         fd = self._map._keyless_fd(what, (lib.BPF_MAP_TYPE_QUEUE, lib.BPF_MAP_TYPE_STACK))
-        _libbpf.bpf_map_update_elem(fd, ffi.NULL, _cbuf(self._value_bytes(value, what)),
+        _libbpf.bpf_map_update_elem(fd, ffi.NULL, _libbpf.cbuf(self._value_bytes(value, what)),
                                     _check.flags(flags, "flags"), what)
 
     def pop(self, key: Any = _NO_KEY, default: Any = _NO_KEY) -> Any:
@@ -172,7 +172,7 @@ class _Elements(MutableMapping[Any, Any]):
         """Add ``value`` to a bloom filter map; ``value in m`` then is True (and may be for others)."""
         what = f"add({self._map.name})"
         fd = self._map._keyless_fd(what, (lib.BPF_MAP_TYPE_BLOOM_FILTER,))
-        _libbpf.bpf_map_update_elem(fd, ffi.NULL, _cbuf(self._value_bytes(value, what)), 0, what)
+        _libbpf.bpf_map_update_elem(fd, ffi.NULL, _libbpf.cbuf(self._value_bytes(value, what)), 0, what)
 
     # -- one element ----------------------------------------------------------------------------
 
@@ -194,8 +194,8 @@ class _Elements(MutableMapping[Any, Any]):
     def _update_one(self, key: Any, value: Any, flags: int) -> None:
         what = f"bpf_map_update_elem({self._map.name})"
         fd = self._map._element_fd(what)
-        ckey = _cbuf(self._key_bytes(key, what))
-        _libbpf.bpf_map_update_elem(fd, ckey, _cbuf(self._value_bytes(value, what)), flags, what)
+        ckey = _libbpf.cbuf(self._key_bytes(key, what))
+        _libbpf.bpf_map_update_elem(fd, ckey, _libbpf.cbuf(self._value_bytes(value, what)), flags, what)
 
     def update(self, *args: Any, flags: int = 0, **kwargs: Any) -> None:  # type: ignore[override]
         """``update(key, value, flags=0)``: set one element; ``update(mapping_or_pairs)``: set several.
@@ -214,7 +214,7 @@ class _Elements(MutableMapping[Any, Any]):
             return
         if len(args) > 1:
             raise TypeError(f"update takes (key, value) or one mapping, got {len(args)} arguments")
-        for key, value in _pairs(args[0] if args else {}, kwargs):
+        for key, value in _check.key_value_pairs(args[0] if args else {}, kwargs):
             self._update_one(key, value, flags)
 
     def delete(self, key: Any) -> None:
@@ -225,7 +225,7 @@ class _Elements(MutableMapping[Any, Any]):
         what = f"bpf_map_delete_elem({self._map.name})"
         fd = self._map._element_fd(what)
         self._map._refuse_delete(what)
-        if not _libbpf.bpf_map_delete_elem(fd, _cbuf(self._key_bytes(key, what)), what):
+        if not _libbpf.bpf_map_delete_elem(fd, _libbpf.cbuf(self._key_bytes(key, what)), what):
             raise KeyError(key)
 
     def __delitem__(self, key: Any) -> None:
@@ -236,7 +236,7 @@ class _Elements(MutableMapping[Any, Any]):
         if self._map.type == lib.BPF_MAP_TYPE_BLOOM_FILTER:
             what = f"contains({self._map.name})"
             fd = self._map._keyless_fd(what, (lib.BPF_MAP_TYPE_BLOOM_FILTER,))
-            return _libbpf.bpf_map_lookup_elem(fd, ffi.NULL, _cbuf(self._value_bytes(key, what)), what)
+            return _libbpf.bpf_map_lookup_elem(fd, ffi.NULL, _libbpf.cbuf(self._value_bytes(key, what)), what)
         return self.lookup(key) is not None
 
     # -- iteration ------------------------------------------------------------------------------
@@ -311,7 +311,7 @@ class _Elements(MutableMapping[Any, Any]):
         m = self._map
         what = f"bpf_map_update_batch({m.name})"
         m._element_fd(what)
-        pairs = [(self._key_bytes(k, what), self._value_bytes(v, what)) for k, v in _pairs(mapping, {})]
+        pairs = [(self._key_bytes(k, what), self._value_bytes(v, what)) for k, v in _check.key_value_pairs(mapping, {})]
         m._write_raw(pairs, flags)
 
     def delete_batch(self, keys: Iterable[Any]) -> int:
@@ -350,24 +350,6 @@ class _BatchValues(ValuesView[Any]):
     def __iter__(self) -> Iterator[Any]:
         for _, value in self._mapping.lookup_batch():
             yield value
-
-
-def _pairs(mapping: Any, extra: Mapping[str, Any]) -> Iterator[tuple[Any, Any]]:
-    if isinstance(mapping, Mapping):
-        yield from mapping.items()
-    elif isinstance(mapping, Iterable) and not isinstance(mapping, (str, bytes)):
-        for i, pair in enumerate(mapping):
-            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-                raise TypeError(f"item #{i} must be a (key, value) pair, got {pair!r}")
-            yield pair[0], pair[1]
-    else:
-        raise TypeError(f"expected a mapping or (key, value) pairs, got {type(mapping).__name__}")
-    yield from extra.items()
-
-
-def _cbuf(data: bytes) -> CData:
-    """A C copy of ``data`` (at least one byte: zero-sized keys still need a valid pointer)."""
-    return ffi.new("char[]", data) if data else ffi.new("char[]", 1)
 
 
 class RawMap(_Elements):
@@ -755,7 +737,7 @@ class Map(_Elements):
         fd = self._element_fd(what)
         count, stride = self._value_layout()
         value = ffi.new("char[]", max(1, count * stride))
-        if not _libbpf.bpf_map_lookup_elem(fd, _cbuf(key), value, what):
+        if not _libbpf.bpf_map_lookup_elem(fd, _libbpf.cbuf(key), value, what):
             return None
         return bytes(ffi.buffer(value, count * stride))
 
@@ -824,7 +806,7 @@ class Map(_Elements):
         value = ffi.new("char[]", max(1, count * stride))
         out = []
         for key in list(self._raw_keys()):
-            ckey = _cbuf(key)
+            ckey = _libbpf.cbuf(key)
             if delete:
                 found = self._pop_one(fd, ckey, value, what)
             else:
@@ -850,8 +832,8 @@ class Map(_Elements):
         opts = _libbpf.bpf_map_batch_opts(flags)
         for start in range(0, len(pairs), _BATCH_ROOM * 16):
             chunk = pairs[start:start + _BATCH_ROOM * 16]
-            keys = _cbuf(b"".join(k for k, _ in chunk))
-            values = _cbuf(b"".join(v for _, v in chunk))
+            keys = _libbpf.cbuf(b"".join(k for k, _ in chunk))
+            values = _libbpf.cbuf(b"".join(v for _, v in chunk))
             n[0] = len(chunk)
             try:
                 _libbpf.bpf_map_update_batch(fd, keys, values, n, opts, what)
@@ -864,7 +846,7 @@ class Map(_Elements):
     def _write_each(self, fd: int, pairs: list[tuple[bytes, bytes]], flags: int) -> None:
         what = f"bpf_map_update_elem({self.name})"
         for key, value in pairs:
-            _libbpf.bpf_map_update_elem(fd, _cbuf(key), _cbuf(value), flags, what)
+            _libbpf.bpf_map_update_elem(fd, _libbpf.cbuf(key), _libbpf.cbuf(value), flags, what)
 
     def _delete_raw(self, keys: list[bytes]) -> int:
         what = f"bpf_map_delete_batch({self.name})"
@@ -876,7 +858,7 @@ class Map(_Elements):
             chunk = keys[start:start + _BATCH_ROOM * 16]
             n[0] = len(chunk)
             try:
-                complete = _libbpf.bpf_map_delete_batch(fd, _cbuf(b"".join(chunk)), n, opts, what)
+                complete = _libbpf.bpf_map_delete_batch(fd, _libbpf.cbuf(b"".join(chunk)), n, opts, what)
             except BPFError as e:
                 if not (e.errno in _NO_BATCH and start == 0):
                     raise
@@ -888,45 +870,13 @@ class Map(_Elements):
 
     def _delete_each(self, fd: int, keys: list[bytes]) -> int:
         what = f"bpf_map_delete_elem({self.name})"
-        return sum(1 for key in keys if _libbpf.bpf_map_delete_elem(fd, _cbuf(key), what))
+        return sum(1 for key in keys if _libbpf.bpf_map_delete_elem(fd, _libbpf.cbuf(key), what))
 
     def __repr__(self) -> str:
         return f"<Map {self.name!r}>"
 
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
-
-
-def value_type_of_u32() -> ValueType:
-    """A ``u32`` (a devmap's ifindex, a cpumap's queue size where the map has no BTF type)."""
-    return IntType("u32", 4, False)
-
-
-class FdValueType(ValueType):
-    """The value of a map of fds: written as an fd (an int, a Map, a Program, a socket), read back as an int.
-
-    ``what`` says what the fd is and what the kernel returns when the value is
-    read from user space (a program's or map's id, a socket's cookie).
-    """
-
-    def __init__(self, size: int, what: str) -> None:
-        self.size, self.name, self.what = size, f"fd[{what}]", what
-
-    def decode(self, raw: bytes) -> int:
-        return int.from_bytes(raw[:self.size], "little")
-
-    def encode(self, value: object, label: str) -> bytes:
-        if isinstance(value, int) and not isinstance(value, bool):
-            fd = value
-        elif hasattr(value, "fileno") and callable(value.fileno):
-            fd = value.fileno()  # a socket, a file
-        elif isinstance(getattr(value, "fd", None), int):
-            fd = getattr(value, "fd")  # a Map, a Program  # noqa: B009
-        else:
-            raise TypeError(f"{label} must be {self.what.split(' (')[0]}: an fd or an object with one "
-                            f"(Map, Program, socket), got {type(value).__name__}")
-        fd = _check.integer(fd, f"{label} (fd)", lo=0, hi=_check.INT32_MAX)
-        return fd.to_bytes(self.size, "little")
 
 
 class _NoBatch(Exception):

@@ -1,5 +1,5 @@
 """CO-RE objects: BPFObject (Map lives in :mod:`pylibbpf.maps`, Globals in :mod:`pylibbpf.globals`;
-Program, Link and TestRun in :mod:`pylibbpf.program`).
+Program and TestRun in :mod:`pylibbpf.program`, Link in :mod:`pylibbpf.link`).
 
 An object is opened (ELF parsed, nothing in the kernel yet), then loaded (CO-RE
 relocations resolved against the running kernel's BTF, maps created, programs
@@ -21,8 +21,9 @@ from ._ffi import ffi, lib
 from .btf import struct_event_def, struct_names
 from .errors import BPFError, ClosedError
 from .globals import Globals, global_sections
+from .link import Link
 from .maps import Map
-from .program import Link, Program
+from .program import Program
 
 logger = logging.getLogger("pylibbpf.object")
 

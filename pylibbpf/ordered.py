@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _check, _close, _into, _libbpf, _shim
-from ._batch import SMALL_BYTES, OrderedBatch, Record, RecordReader
+from ._batch import SMALL_BYTES, OrderedBatch, Record
 from ._close import Waiter
 from ._ffi import ffi, lib
+from ._reader import RecordReader
 from ._rings import PerfRings, RingBufMaps, check_page_cnt, require_map_type
 from .errors import ClosedError
 from .events import EventDef

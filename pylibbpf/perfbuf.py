@@ -24,9 +24,10 @@ from itertools import islice
 from typing import Any
 
 from . import _check, _close, _into, _libbpf, _shim
-from ._batch import Batch, BatchReader, CDrain, Record, RecordReader, any_nonzero, no_callback
+from ._batch import Batch, Record, any_nonzero
 from ._close import Callback, Waiter, current_pid
 from ._ffi import ffi, lib
+from ._reader import BatchReader, CDrain, RecordReader, no_callback
 from ._rings import (
     MAX_PAGE_CNT,
     PerfRings,

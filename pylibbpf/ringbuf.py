@@ -29,9 +29,10 @@ from itertools import islice
 from typing import Any
 
 from . import _arrow, _check, _close, _into, _libbpf, _shim
-from ._batch import Batch, BatchReader, no_callback
+from ._batch import Batch
 from ._close import Callback, Closable, Waiter
 from ._ffi import ffi, lib
+from ._reader import BatchReader, no_callback
 from ._rings import SAFETY_NET_MS, RingBufLayout, RingBufMaps, busy_pause, require_map_type
 from ._views import Chunks, chunk_slices
 from .errors import ClosedError

@@ -266,6 +266,7 @@ def test_one_record_interrupted_after_the_hand_over_is_delivered_once(
     """The one-record path: an interrupt after the record left the drain's call but before its
     callback ran (or its batch was made) leaves it pending; the next call delivers it."""
     import pylibbpf._batch
+    import pylibbpf._reader
 
     fired: list[int] = []
 
@@ -280,7 +281,7 @@ def test_one_record_interrupted_after_the_hand_over_is_delivered_once(
     got: list[int] = []
     with _one_record_reader(kind, rb_obj, perf_obj, 21, got.append) as reader:
         if how == "poll":  # the view made for the callback (plb_py_one): between the hand-over and the call
-            monkeypatch.setattr(pylibbpf._batch, "memoryview", interrupt_once(memoryview), raising=False)
+            monkeypatch.setattr(pylibbpf._reader, "memoryview", interrupt_once(memoryview), raising=False)
         else:              # the batch of one made for read_batch
             monkeypatch.setattr(pylibbpf._batch.Batch, "one", classmethod(interrupt_once(
                 pylibbpf._batch.Batch.one.__func__)))  # type: ignore[attr-defined]

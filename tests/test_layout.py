@@ -222,3 +222,13 @@ def test_the_documented_module_order_is_the_import_order() -> None:
               if top[m] in order and top[t] in order and top[m] != top[t]
               and order.index(top[t]) > order.index(top[m])]
     assert upward == []
+
+
+MAX_MODULE_LINES = 900
+
+
+def test_no_module_is_over_the_size_rule() -> None:
+    # STYLE: small modules with one job each; a module growing past this is split along its jobs.
+    sizes = {str(path.relative_to(PACKAGE.parent)): len(path.read_text().splitlines())
+             for path in PACKAGE.rglob("*.py")}
+    assert {p: n for p, n in sizes.items() if n > MAX_MODULE_LINES} == {}

@@ -21,8 +21,8 @@ from types import FrameType
 from typing import NoReturn, TextIO
 
 from ..errors import BPFError, LoadError
+from ..link import Link
 from ..object import BPFObject
-from ..program import Link
 
 #: Where the bundled objects are installed (package data).
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "bpf"

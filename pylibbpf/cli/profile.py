@@ -54,9 +54,9 @@ from typing import Any
 
 from ..errors import BPFError
 from ..features import online_cpus
+from ..link import Link
 from ..maps import Map
 from ..object import BPFObject
-from ..program import Link
 from ..syms import KernelSymbols, ProcessSymbols, Symbol
 from ._common import (
     CommandError,

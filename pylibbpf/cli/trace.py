@@ -38,10 +38,10 @@ from .._batch import Batch, OrderedBatch
 from ..consumers import BackpressureConsumer, BackpressureStats, SamplingConsumer
 from ..errors import BPFError
 from ..events import EventDef, EventRecord
+from ..link import Link
 from ..maps import Map
 from ..object import BPFObject
 from ..ordered import OrderedReader, OrderedStats
-from ..program import Link
 from ..ringbuf import RingBuffer
 from ._common import (
     BUNDLED_DIR,
