@@ -286,3 +286,13 @@ def test_readme_install_section_names_the_distribution() -> None:
     for fragment in ("pylibbpf-cffi", "import pylibbpf", ".venv/bin/pylibbpf", "make wheel", "manylinux_2_34",
                      "--no-build-isolation"):
         assert fragment in section, fragment
+
+
+def test_the_install_docs_name_the_sdists_requirements() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    install = (ROOT / "README.md").read_text().split("## Install", 1)[1].split("\n## ", 1)[0]
+    wanted = [*meta["build-system"]["requires"], *(d.split(",")[0] for d in meta["project"]["dependencies"])]
+    assert [w for w in wanted if f"`{w}`" not in install] == []
+    assert "`make wheel` and `make sdist` run the whole `make setup` first" in install
