@@ -418,15 +418,27 @@ class OneCaller:
 ResultT = TypeVar("ResultT")
 
 
-def one_caller(empty: Callable[[], Any]) -> Callable[[Callable[..., ResultT]], Callable[..., ResultT]]:
+class GuardedReader(Protocol):
+    """What :func:`one_caller` needs of a reader: its open check and its :class:`OneCaller`."""
+
+    _calls: OneCaller
+
+    def _check_open(self) -> None: ...
+
+
+ReaderT = TypeVar("ReaderT", bound=GuardedReader)
+
+
+def one_caller(empty: Callable[[], Any]) -> Callable[[Callable[[ReaderT, int], ResultT]],
+                                                     Callable[[ReaderT, int], ResultT]]:
     """Decorate ``method(self, timeout_ms)``: it runs under ``self._calls`` (a :class:`OneCaller`).
 
     The time spent waiting for the turn counts against ``timeout_ms``; when it
     runs out first, the call returns ``empty()``.
     """
-    def wrap(method: Callable[..., ResultT]) -> Callable[..., ResultT]:
-        @functools.wraps(method)
-        def call(self: Any, timeout_ms: int = -1) -> ResultT:
+    def wrap(method: Callable[[ReaderT, int], ResultT]) -> Callable[[ReaderT, int], ResultT]:
+        @functools.wraps(method)  # the wrapped method's name, docstring and signature
+        def call(self: ReaderT, timeout_ms: int = -1) -> ResultT:
             # Every poll runs this; the full check (and its messages) only for an unusual value.
             if type(timeout_ms) is not int or not -1 <= timeout_ms <= _check.MAX_TIMEOUT_MS:
                 timeout_ms = _check.timeout_ms(timeout_ms)
