@@ -3,7 +3,8 @@
 #   make setup     Debian packages, the pinned libbpf, .venv with the package and its test extras
 #   make build     (re)build the CFFI extension in place when C or cdef sources changed, and the
 #                  test programs tests/bpf/build/*.bpf.o (the README's examples use them)
-#   make test      build, then ruff + mypy + pytest on the real kernel (BPF tests must run)
+#   make test      build, then ruff + mypy + the docs build + pytest on the real kernel (BPF tests must run)
+#   make docs      the documentation site into site/ (mkdocs build --strict)
 #   make demo      trace exec events live for a few seconds with a bundled CO-RE program
 #   make bench     the benchmark suite against C libbpf and bcc
 #   make sanitize  the C shim's pure cores under ASan/UBSan over synthetic rings
@@ -22,7 +23,7 @@ LIBBPF_A   := vendor/libbpf/build/install/lib/libbpf.a
 EXT_SRCS   := build_ffi.py $(wildcard cdef/*.h csrc/*.c csrc/*.h csrc/bpf/*) pylibbpf/_version.py $(LIBBPF_A)
 EXT_STAMP  := .stamp-ext
 
-.PHONY: setup deps libbpf build test lint pytest demo bench sanitize fuzz clean wheel sdist test-matrix test-loaded
+.PHONY: setup deps libbpf build test lint pytest docs demo bench sanitize fuzz clean wheel sdist test-matrix test-loaded
 
 setup: deps $(LIBBPF_A) $(VENV)/.stamp-venv
 
@@ -43,7 +44,7 @@ $(LIBBPF_A): vendor/libbpf/PIN vendor/libbpf/build.sh vendor/libbpf/fetch.sh
 $(VENV)/.stamp-venv: pyproject.toml setup.py | $(LIBBPF_A)
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[test]'
+	$(VPY) -m pip install -q -e '.[test,docs]'
 	@# build_ffi.py runs next (make build): it also removes an extension left by an
 	@# earlier build under another file name, which Python would load first.
 	@rm -f $(EXT_STAMP)
@@ -64,7 +65,11 @@ pytest: build
 	PYLIBBPF_REQUIRE_BPF=1 $(VPY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
-test: lint sanitize pytest
+# The documentation site (mkdocs.yml, docs/) into site/; a warning fails the build.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VPY) -m mkdocs build --strict -q
+
+test: lint sanitize docs pytest
 
 # The suite under load: `make test` LOADED_RUNS times in a row while tools/cpu_hog.py keeps every
 # CPU busy (one busy process per CPU); stops at the first failing run. The hog ends with this recipe.

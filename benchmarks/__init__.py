@@ -1,1 +1,1 @@
-"""pylibbpf's benchmark suite: BPF ring/perf buffer consumers against C libbpf and bcc (see README.md)."""
+"""pylibbpf's benchmark suite: BPF ring/perf buffer consumers against C libbpf and bcc (see benchmarks/README.md)."""

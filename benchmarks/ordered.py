@@ -22,8 +22,7 @@ perf event array and the same ring size (PAGES pages per CPU), read by:
 Every consumer checks every event's sequence number (each CPU's stream must
 arrive complete and in order); the ``-batch`` rows do it in a Python loop
 over the batch, the ``-numpy`` rows on ``batch.to_numpy()`` with the main
-suite's array check (``harness.SeqCheck.walk_array``; before 2026-11-27's
-fourth session, a check of their own that sorted the stream column), and
+suite's array check (``harness.SeqCheck.walk_array``), and
 the ``-count`` rows only count the batch (the transport alone). For the
 Python ordered rows, the time spent inside the C merge (``plb_merge_drain``)
 is also measured ("C merge alone").

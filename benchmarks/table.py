@@ -1,4 +1,4 @@
-"""The README's tables from benchmark runs: ``python -m benchmarks.table RUN.json [MORE.json ...]``.
+"""The Performance page's tables from benchmark runs: ``python -m benchmarks.table RUN.json [MORE.json ...]``.
 
 Prints two or three markdown tables. The first has one line per consumer of the last
 run given, in the suite's order: its drain rate at 32 B and at 1024 B with

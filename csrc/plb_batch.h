@@ -1,7 +1,7 @@
 /* plb_batch.h - collect ring-buffer and perf-buffer records in C, hand them to Python in batches.
  *
  * libbpf calls a sample callback once per record. Crossing into Python for each
- * one costs ~1 us (see docs/benchmarks.md), so the callbacks here only copy
+ * one costs ~1 us (see docs/performance.md), so the callbacks here only copy
  * the record into a growable batch; Python then takes the whole batch in one
  * call and walks it in a loop. A batch owns its memory: it stays valid until
  * the next plb_batch_reset() or plb_batch_free() -- except the record bytes

@@ -128,7 +128,7 @@ static int check_records(uint64_t base_len, const uint32_t **starts_p, const uin
  * already in L1 after the block's first column): the benchmark's 32-byte
  * record (u64, u64, u8[16]) into columns, C alone, 1.0 -> 0.83 ns, and 0.70
  * with fixed8x2_strided; in the benchmark's drain to_arrow +11%, read_arrow
- * +5-10% ("Eleventh round"). SSE2 is part of every x86-64; elsewhere the
+ * +5-10% (docs/performance.md). SSE2 is part of every x86-64; elsewhere the
  * scalar loop does it all. */
 static void fixed8_strided(uint8_t *restrict out, const uint8_t *restrict src, uint64_t stride,
 			   uint64_t i0, uint64_t i1)

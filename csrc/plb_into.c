@@ -48,10 +48,10 @@ static int plb_into_bad(const struct plb_into *st)
 
 /* Records plb_into_rb collects before writing them into columns: a block
  * written column by column while it is in L1. 512 bytes measured best (a
- * 1 KiB record is a block of its own; docs/benchmarks.md, "Ninth round"),
+ * 1 KiB record is a block of its own; docs/performance.md),
  * and 1 KiB for the records the walk predicts (plb_rb_expect: up to
  * PLB_RB_EXPECT_MAX bytes), whose headers it now reads ahead (32-byte
- * records 2.5 -> 1.8 ns; "Tenth round"). */
+ * records 2.5 -> 1.8 ns; docs/performance.md). */
 #ifndef PLB_INTO_BLOCK_BYTES
 #define PLB_INTO_BLOCK_BYTES 512
 #endif

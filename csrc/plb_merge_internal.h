@@ -140,7 +140,7 @@ static inline void note_head(struct plb_merge *m, struct plb_msrc *s, uint64_t t
 /* Copy a payload out of the ring. Records are small: fixed-size pieces the
  * compiler inlines beat a libc call per record (2-4x in the merge's loop);
  * 16-byte pieces (one SSE2 move each) rather than 8 took a 36-byte payload's
- * drain from 4.1 to 3.8 ns a record (docs/benchmarks.md, "Tenth round").
+ * drain from 4.1 to 3.8 ns a record (docs/performance.md).
  * Always inline: left to itself, LTO made it a call per record. */
 static inline __attribute__((always_inline)) void
 copy_payload(uint8_t *dst, const uint8_t *src, uint32_t len)

@@ -152,7 +152,7 @@ run_out_load(struct plb_run_out *o, const struct plb_drain_ctx *c, const int to_
  * pair's span_take stores each entry's). Once per run, in vector stores,
  * rather than two of the five scalar stores per entry in the run's loop
  * (C alone, 32-byte records: 3.65 -> 3.56 ns an entry from one ring, 3.73
- * -> 3.56 interleaved; docs/benchmarks.md, "Tenth round"). */
+ * -> 3.56 interleaved; docs/performance.md). */
 static PLB_VECTORISE void run_out_fill_arrays(uint32_t *ring, uint32_t *flags, uint32_t n0,
 					       uint32_t n, uint32_t idx, int set_ring)
 {

@@ -4,7 +4,7 @@
  * (plb_rb_read, plb_into_rb, plb_batch_read_rb) share this step. It is
  * inline because it runs once per record: as a call it cost the batch drain
  * ~15% (1.6 ns of ~11 per 32-byte record, csrc benchmarked over a synthetic
- * ring; docs/benchmarks.md, "Seventh round"). The memory-ordering rules are
+ * ring; docs/performance.md). The memory-ordering rules are
  * plb_ringbuf.c's.
  */
 #ifndef PLB_RINGWALK_H
@@ -85,7 +85,7 @@ static inline int plb_rb_step(const struct plb_rb_view *v, uint64_t pos, uint64_
 /* Records up to this many bytes take plb_rb_expect's predicted step. Above
  * it the copy, not the walk, bounds a drain, and running ahead measured
  * slower (read_into's rows: 9.1 -> 11.0 ns a 256-byte record; 7.4 -> 7.9 at
- * 192; docs/benchmarks.md, "Tenth round"). */
+ * 192; docs/performance.md). */
 #define PLB_RB_EXPECT_MAX 128
 
 /* The footprint plb_rb_expect predicts for records of size bytes, or
@@ -107,7 +107,7 @@ static inline uint64_t plb_rb_expect_step(uint32_t size)
  * is pos + step, known before the load, which only decides a branch; the
  * CPU predicts it (equal records: always taken) and issues the headers of
  * the records ahead without waiting for this one's. 32-byte records into
- * columns: 3.5 -> 2.7 ns a record (docs/benchmarks.md, "Tenth round").
+ * columns: 3.5 -> 2.7 ns a record (docs/performance.md).
  *
  * pos and prod must come from a walk that plb_rb_step checked: prod loaded
  * there, pos reached from the position it checked by whole records. Then pos

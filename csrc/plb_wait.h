@@ -86,7 +86,7 @@ void plb_py_one(void *reader, uint32_t tag, const void *data, uint32_t len);
 /* plb_rb_wait_drain, then, when it would return PLB_DRAIN_ONE, plb_py_one(reader, ...) with
  * that record from inside this call, and PLB_DRAIN_CALLED. The latency path of RingBuffer.poll:
  * the callback runs on the wake-up's way in, and what Python does after a wake-up besides it
- * runs after it, not before (2-5% of the p50 latency: docs/benchmarks.md, "Fifth round").
+ * runs after it, not before (2-5% of the p50 latency: docs/performance.md).
  * Every other result is plb_rb_wait_drain's, with nothing called. */
 int plb_rb_wait_call(struct plb_waiter *w, int timeout_ms, struct plb_rb_view **views, uint32_t n,
 		     struct plb_batch *b, int max, int *drained, void *reader);

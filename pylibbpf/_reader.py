@@ -204,8 +204,8 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
         close eventfd; once one is ready, the same C call drains.
         This runs between a wakeup and the first record reaching Python, on a
         CPU just out of idle whose caches hold little of the interpreter: every
-        frame, object and cdata read counts here (see docs/benchmarks.md,
-        "latency: where the time went"), so the usual case (one record, records,
+        frame, object and cdata read counts here (see docs/performance.md), so
+        the usual case (one record, records,
         or a timeout) returns straight from here and the C call's result says
         which it is; a signal, a close or an error go through the waiter's slow
         path. A record the C call consumed reaches the caller or ``_pending``
@@ -280,7 +280,7 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
         close the reader) and calls :meth:`_call_one`. Everything else after the
         wakeup (this method's checks, its lock, its return) then runs after the
         callback: 2-5% off the p50 latency on a CPU just out of idle
-        (docs/benchmarks.md, "Fifth round"). What that function raised (see
+        (docs/performance.md). What that function raised (see
         :func:`_keep_raised`) is raised here, after the C call; a record it did
         not hand to the callback becomes pending, and a lock it did not release
         is released here: the record is delivered once, whatever interrupts it.

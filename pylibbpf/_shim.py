@@ -84,7 +84,7 @@ def plb_waiter_remove(waiter: CData, fd: int, what: str) -> None:
 #: error are for ``_libbpf.check_collected``), or PLB_DRAIN_ONE when it took exactly one record that
 #: is not a lost-sample notice. The compiled function itself, not a wrapper: its
 #: result is already a Python int, and this runs between a wakeup and the first record reaching
-#: Python, where each Python frame costs (see docs/benchmarks.md, "latency: where the time went").
+#: Python, where each Python frame costs (see docs/performance.md).
 plb_rb_wait_drain = lib.plb_rb_wait_drain
 
 #: ``plb_pb_wait_drain(waiter, timeout_ms, pb, batch, drained) -> int``: the same for every CPU's ring

@@ -117,7 +117,7 @@ class OrderedReader(RecordReader, _into.HandsBackOdd):
     Timestamps must be CLOCK_MONOTONIC nanoseconds (``bpf_ktime_get_ns()``),
     the clock the window is measured on, and are compared as unsigned.
 
-    The rule (README, "Ordered merge"): a record is delivered once no ring can
+    The rule (docs/ordering.md): a record is delivered once no ring can
     still produce an earlier one -- every other ring has a later record
     waiting, or has been empty while the clock passed the record's timestamp
     plus ``window_ms`` (the longest a program may take between reading the

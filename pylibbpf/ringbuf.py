@@ -101,14 +101,14 @@ class RingBuffer(BatchReader):
         self._drain_what = "reading the ring buffer"
         # libbpf's ring_buffer, for epoll_fd() only: the rings are read through mappings of our own
         # (plb_rb_map), with one release of the consumer position per drain where libbpf's
-        # ring_buffer__consume_n releases it after every record (docs/benchmarks.md, "Seventh round").
+        # ring_buffer__consume_n releases it after every record (docs/performance.md).
         self._rb = _libbpf.ring_buffer__new(map.fd, self._ctxs[0], f"ring_buffer__new({map.name})")
         self._mapped: list[RingBufMaps] = []
         self._views: Any = None   # the rings' views, as the array the C drains take (_map_views)
         try:
             self._mapped.append(RingBufMaps([map]))
             # The maps' own fds, not libbpf's epoll fd: an epoll set inside ours would add a
-            # wake-up hop (see docs/benchmarks.md, "latency: where the time went").
+            # wake-up hop (see docs/performance.md).
             self._waiter = Waiter([map.fd], "RingBuffer")
         except BaseException:
             self._release()

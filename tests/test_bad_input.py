@@ -5,7 +5,7 @@
 ``message`` finds (``re.search``). ``ctx`` is a :class:`Ctx` made by
 :func:`bad_input_context`: loaded test objects, an unloaded one and a closed
 one. Nothing here touches BPF at import time, so ``tools/bad_input_table.py``
-imports ``CASES``, runs them and renders README.md's bad-input table from
+imports ``CASES``, runs them and renders the Reliability page's bad-input table (docs/reliability.md) from
 what each one actually raised; :func:`test_readme_table_is_current` keeps that
 table honest.
 """
@@ -58,7 +58,7 @@ from pylibbpf.asm import exit_, load_program, mov
 from pylibbpf.events import UnknownFieldError
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+TABLE_PAGE = ROOT / "docs" / "reliability.md"  # the page that holds the table
 START, END = "<!-- bad-input-table:start -->", "<!-- bad-input-table:end -->"
 
 
@@ -101,7 +101,7 @@ def bad_input_context(paths: Mapping[str, Path]) -> Iterator[Ctx]:
 
 @dataclass(frozen=True)
 class Case:
-    input: str                      #: what was tried, as the README's table shows it
+    input: str                      #: what was tried, as the Reliability page's table shows it
     call: Callable[[Ctx], Any]      #: tries it; must raise
     error: type[BaseException]      #: the exact exception type
     message: str                    #: a regex the message must contain
@@ -653,7 +653,7 @@ def _cell(text: str) -> str:
 
 
 def render_table(ctx: Ctx) -> str:
-    """The README's bad-input table, from what each case raises now."""
+    """The bad-input table of docs/reliability.md, from what each case raises now."""
     lines = ["| input | error | message |", "|---|---|---|"]
     for case in CASES:
         exc = run_case(case, ctx)
@@ -666,7 +666,7 @@ def render_table(ctx: Ctx) -> str:
 
 
 def readme_table(text: str) -> str | None:
-    """The table between the markers in README text, or None when the markers are missing."""
+    """The table between the markers in the page's text, or None when the markers are missing."""
     start, end = text.find(START), text.find(END)
     if start < 0 or end < start:
         return None
@@ -676,7 +676,7 @@ def readme_table(text: str) -> str | None:
 def replace_readme_table(text: str, table: str) -> str:
     start, end = text.find(START), text.find(END)
     if start < 0 or end < start:
-        raise ValueError(f"README.md has no {START} ... {END} markers")
+        raise ValueError(f"docs/reliability.md has no {START} ... {END} markers")
     return f"{text[:start + len(START)]}\n{table}\n{text[end:]}"
 
 
@@ -707,9 +707,9 @@ def test_messages_are_stable(ctx: Ctx) -> None:
 
 
 def test_readme_table_is_current(ctx: Ctx) -> None:
-    current = readme_table(README.read_text())
-    assert current is not None, f"README.md lacks the {START} / {END} markers"
+    current = readme_table(TABLE_PAGE.read_text())
+    assert current is not None, f"docs/reliability.md lacks the {START} / {END} markers"
     generated = render_table(ctx)
     assert current == generated, (
-        "README.md's bad-input table differs from what the cases raise now: "
-        "run `.venv/bin/python tools/bad_input_table.py --write` (as root) and commit README.md")
+        "the Reliability page's bad-input table (docs/reliability.md) differs from what the cases raise now: "
+        "run `.venv/bin/python tools/bad_input_table.py --write` (as root) and commit docs/reliability.md")

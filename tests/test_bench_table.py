@@ -1,4 +1,4 @@
-"""benchmarks.table: the README's tables from --json runs (synthetic runs, no kernel)."""
+"""benchmarks.table: the Performance page's tables from --json runs (synthetic runs, no kernel)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every record exactly once across calls, whatever ends a call early (README, "Faults").
+"""Every record exactly once across calls, whatever ends a call early (docs/reliability.md, "Faults").
 
 - ``RingBuffer.events()`` / ``PerfBuffer.events()`` left with ``break`` or by
   cancelling the task: the records drained but not yielded wait for the next call;

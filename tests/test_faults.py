@@ -1,4 +1,4 @@
-"""Faults, each with its defined outcome (README, "Reliability", the fault table).
+"""Faults, each with its defined outcome (docs/reliability.md, the fault table).
 
 - the BPF object closed under a running consumer or an open reader;
 - a consumer stopped (or restarted) from its own callback;

@@ -1,5 +1,5 @@
 """Lifetimes: interpreter exit with threads still reading, fork() with locks held, Ctrl-C during stop(),
-several threads on one reader, and a BPFObject dropped without close() (README, "Faults").
+several threads on one reader, and a BPFObject dropped without close() (docs/reliability.md, "Faults").
 
 Exit and fork run in a child process, so that a crash fails the test instead of killing pytest.
 """

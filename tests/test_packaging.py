@@ -279,20 +279,22 @@ def test_cli_without_tracefs_access_is_one_line(bpf_privileged: None,
     assert "root or CAP_BPF+CAP_PERFMON" in lines[0] and "CAP_DAC_READ_SEARCH" in lines[0]
 
 
-def test_readme_install_section_names_the_distribution() -> None:
+def test_the_install_docs_name_the_distribution() -> None:
     """The import-name clash with the other `pylibbpf` project is explained where users install."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Install", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "install.md").read_text()
+    section = page.split("\n## Install", 1)[1].split("\n## ", 1)[0]
     for fragment in ("pylibbpf-cffi", "import pylibbpf", ".venv/bin/pylibbpf", "make wheel", "manylinux_2_34",
                      "--no-build-isolation"):
         assert fragment in section, fragment
+    readme = (ROOT / "README.md").read_text().split("\n## Install", 1)[1].split("\n## ", 1)[0]
+    assert "pylibbpf-cffi" in readme and "install only one" in readme
 
 
 def test_the_install_docs_name_the_sdists_requirements() -> None:
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    install = (ROOT / "README.md").read_text().split("## Install", 1)[1].split("\n## ", 1)[0]
+    install = (ROOT / "docs" / "install.md").read_text().split("## Install", 1)[1].split("\n## ", 1)[0]
     wanted = [*meta["build-system"]["requires"], *(d.split(",")[0] for d in meta["project"]["dependencies"])]
     assert [w for w in wanted if f"`{w}`" not in install] == []
     assert "`make wheel` and `make sdist` run the whole `make setup` first" in install

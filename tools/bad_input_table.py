@@ -1,14 +1,14 @@
-"""Render README.md's bad-input table from the cases in tests/test_bad_input.py.
+"""Render the Reliability page's bad-input table (docs/reliability.md) from the cases in tests/test_bad_input.py.
 
     .venv/bin/python tools/bad_input_table.py            # print the table
-    .venv/bin/python tools/bad_input_table.py --write    # put it in README.md, between the markers
-    .venv/bin/python tools/bad_input_table.py --check    # exit 1 when README.md's table is out of date
+    .venv/bin/python tools/bad_input_table.py --write    # put it in docs/reliability.md, between the markers
+    .venv/bin/python tools/bad_input_table.py --check    # exit 1 when docs/reliability.md's table is out of date
 
 Each case is run and the table shows what it actually raised (type, errno,
 first line of the message). Run as root from anywhere: the cases load the
 test BPF objects, compiled into tests/bpf/build as the test setup does.
 `make test` runs tests/test_bad_input.py::test_readme_table_is_current, which
-fails when README.md's table and this output differ.
+fails when docs/reliability.md's table and this output differ.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ def generate() -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="replace the table in README.md")
-    mode.add_argument("--check", action="store_true", help="exit 1 when README.md's table differs")
+    mode.add_argument("--write", action="store_true", help="replace the table in docs/reliability.md")
+    mode.add_argument("--check", action="store_true", help="exit 1 when docs/reliability.md's table differs")
     args = ap.parse_args(argv)
     table = generate()
-    readme = cases.README
+    readme = cases.TABLE_PAGE
     if args.write:
         text = readme.read_text()
         new = cases.replace_readme_table(text, table)

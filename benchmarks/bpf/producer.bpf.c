@@ -7,7 +7,7 @@
  * raw_tp arguments): count, first_seq, size, flags. flags & PRODUCE_BATCH_WAKEUP
  * submits every ring-buffer event with BPF_RB_NO_WAKEUP except the trigger's
  * last one (BPF_RB_FORCE_WAKEUP): one wakeup per trigger, as throughput runs
- * need (see docs/benchmarks.md); without it the kernel's adaptive wakeup runs.
+ * need (see docs/performance.md); without it the kernel's adaptive wakeup runs.
  *
  * A producer stops at the first failed reserve/output (counted in `failures`:
  * key 0 ring buffer, key 1 perf buffer) and returns how many events it emitted,

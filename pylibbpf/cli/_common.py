@@ -28,7 +28,7 @@ from ..object import BPFObject
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "bpf"
 #: The kernel's own BTF: CO-RE relocations are resolved against it.
 VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
-#: What tracing needs, in the same words in every message and in the README.
+#: What tracing needs, in the same words in every message and in the docs.
 PRIVILEGES = ("root or CAP_BPF+CAP_PERFMON (a user other than root also needs CAP_DAC_READ_SEARCH: "
               "tracefs is readable by root only)")
 
