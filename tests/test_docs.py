@@ -61,3 +61,20 @@ def test_every_page_is_in_the_site() -> None:
     nav = (ROOT / "mkdocs.yml").read_text()
     pages = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
     assert {p for p in pages if f": {p}" not in nav} == set()
+
+
+def test_the_api_reference_covers_every_public_name() -> None:
+    import inspect
+
+    import pylibbpf
+
+    page = (ROOT / "docs" / "api.md").read_text()
+    documented = set(re.findall(r"^::: pylibbpf\.(\w+)$", page, re.M))
+    missing = []
+    for name in pylibbpf.__all__:
+        obj = getattr(pylibbpf, name)
+        module = obj.__name__ if inspect.ismodule(obj) else getattr(obj, "__module__", None)
+        where = (module or "").removeprefix("pylibbpf.")
+        if name not in documented and where not in documented and f"`{name}`" not in page:
+            missing.append(name)
+    assert missing == []
