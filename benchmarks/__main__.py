@@ -46,6 +46,9 @@ FLOORS = {"py-noop-floor": "empty", "py-check-floor": "check"}
 SECOND_PASS = {"py-arrow-floor": "pylibbpf-ringbuf-numpy"}
 # Ceilings for the drain targets: no steady or latency rows.
 DRAIN_ONLY = {"c-memcpy", "c-perfmerge", *FLOORS, *SECOND_PASS}
+# The ceiling and floor rows: what C alone or the interpreter alone reaches on a target's work.
+# They run with --ceilings; by default the suite shows the readers and their C and bcc baselines.
+CEILINGS = {"c-perfmerge", *FLOORS, *SECOND_PASS}
 # The C consumer each kind of row is compared with (x C): the ordered ceiling with the unordered reader.
 C_BASELINE = {"ringbuf": "c-ringbuf", "perfbuf": "c-perfbuf", "perfmerge": "c-perfbuf"}
 ORDER = ["c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "bcc-ringbuf-event",
@@ -101,13 +104,15 @@ def modes_of(name: str) -> tuple[str, ...]:
     return ("drain",) if name in DRAIN_ONLY else ("drain", "steady", "latency")
 
 
-def plan(quick: bool, only: set[str] | None) -> list[tuple[str, str, int]]:
+def plan(quick: bool, only: set[str] | None, ceilings: bool = False) -> list[tuple[str, str, int]]:
     """(consumer, mode, size) triples, grouped by (mode, size): every mode at every size; latency at 32 B.
 
     Within a group the consumers run one after the other, so a repetition
     compares each consumer with its C and bcc baselines measured seconds apart.
+    The :data:`CEILINGS` rows run with ``ceilings`` (``--ceilings``) or when named in ``only``.
     """
-    names = [n for n in ORDER if (only is None or n in only) and (not quick or n in QUICK)]
+    names = [n for n in ORDER if (only is None or n in only) and (not quick or n in QUICK)
+             and (ceilings or n not in CEILINGS or (only is not None and n in only))]
     runs = []
     for mode in ("drain", "steady", "latency"):
         sizes: tuple[int, ...] = (32,) if mode == "latency" else SIZES
@@ -311,6 +316,36 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
                     r[f"{q}_ratio_to_c_spread"] = stats
 
 
+Figure = tuple[str, str, int, str]   # (row, mode, event size, figure of that row)
+#: The performance targets, in one table: (what it says, its bound, the figure it reads, whether lower
+#: is better, the ceiling row's figure on the same scale or None). ``targets()`` reads them.
+TARGETS: list[tuple[str, float, Figure, bool, Figure | None]] = [
+    *(t for n in ("pylibbpf-ringbuf-callback", "pylibbpf-ringbuf-batch") for t in (
+        (f"{n} latency p50 <= 1.3x C's", 1.3, (n, "latency", 32, "p50_ratio_to_c"), True, None),
+        (f"{n} latency p99 <= 2x C's", 2.0, (n, "latency", 32, "p99_ratio_to_c"), True, None))),
+    ("pylibbpf-ringbuf-numpy latency p50 <= 2x C's", 2.0,
+     ("pylibbpf-ringbuf-numpy", "latency", 32, "p50_ratio_to_c"), True, None),
+    (f"pylibbpf-ordered-numpy latency p99 <= {ORDERED_WINDOW_MS + 1} ms (window + 1 ms), in µs",
+     (ORDERED_WINDOW_MS + 1) * 1000.0, ("pylibbpf-ordered-numpy", "latency", 32, "p99_us"), True, None),
+    ("pylibbpf-ringbuf-numpy drain >= 0.5x c-ringbuf, 32 B", 0.5,
+     ("pylibbpf-ringbuf-numpy", "drain", 32, "ratio_to_c"), False, None),
+    ("pylibbpf-ringbuf-numpy drain >= 0.5x memcpy, 1024 B", 0.5,
+     ("pylibbpf-ringbuf-numpy", "drain", 1024, "ratio_to_memcpy"), False, None),
+    # to_arrow's second pass alone bounds read_batch().to_arrow(); read_arrow has no second pass
+    *((f"{n} drain >= 0.9x pylibbpf-ringbuf-numpy, {size} B", 0.9, (n, "drain", size, "ratio_to_numpy"), False,
+       ("py-arrow-floor", "drain", size, "ratio_to_numpy") if n.endswith("-arrow") else None)
+      for n in ("pylibbpf-ringbuf-arrow", "pylibbpf-ringbuf-readarrow") for size in (32, 1024)),
+    ("pylibbpf-ordered-numpy drain >= 0.35x c-perfbuf, 32 B", 0.35,
+     ("pylibbpf-ordered-numpy", "drain", 32, "ratio_to_c"), False, ("c-perfmerge", "drain", 32, "ratio_to_c")),
+    ("pylibbpf-ringbuf-noop >= 3x bcc-ringbuf-noop (empty callback), 32 B, drain", 3.0,
+     ("pylibbpf-ringbuf-noop", "drain", 32, "ratio_to_bcc"), False, ("py-noop-floor", "drain", 32, "ratio_to_bcc")),
+    *((f"pylibbpf-ringbuf-callback >= 2.5x bcc-ringbuf, 32 B, {mode}", 2.5,
+       ("pylibbpf-ringbuf-callback", mode, 32, "ratio_to_bcc"), False,
+       ("py-check-floor", "drain", 32, "ratio_to_bcc") if mode == "drain" else None)
+      for mode in ("drain", "steady")),
+]
+
+
 def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The performance targets, each with the measured median and its [min, max] over repetitions.
 
@@ -348,32 +383,8 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 t["of_ceiling"] = spread([a / b for a, b in zip(got["per_repetition"], top["per_repetition"])])
         out.append(t)
 
-    for name in ("pylibbpf-ringbuf-callback", "pylibbpf-ringbuf-batch"):
-        want(f"{name} latency p50 <= 1.3x C's", 1.3, get(name, "latency", 32, "p50_ratio_to_c"), True)
-        want(f"{name} latency p99 <= 2x C's", 2.0, get(name, "latency", 32, "p99_ratio_to_c"), True)
-    want("pylibbpf-ringbuf-numpy latency p50 <= 2x C's", 2.0,
-         get("pylibbpf-ringbuf-numpy", "latency", 32, "p50_ratio_to_c"), True)
-    want(f"pylibbpf-ordered-numpy latency p99 <= {ORDERED_WINDOW_MS + 1} ms (window + 1 ms), in µs",
-         (ORDERED_WINDOW_MS + 1) * 1000.0, get("pylibbpf-ordered-numpy", "latency", 32, "p99_us"), True)
-    want("pylibbpf-ringbuf-numpy drain >= 0.5x c-ringbuf, 32 B", 0.5,
-         get("pylibbpf-ringbuf-numpy", "drain", 32, "ratio_to_c"))
-    want("pylibbpf-ringbuf-numpy drain >= 0.5x memcpy, 1024 B", 0.5,
-         get("pylibbpf-ringbuf-numpy", "drain", 1024, "ratio_to_memcpy"))
-    for name in ("pylibbpf-ringbuf-arrow", "pylibbpf-ringbuf-readarrow"):
-        for size in (32, 1024):
-            # to_arrow's second pass alone bounds read_batch().to_arrow(); read_arrow has no second pass
-            floor = ("py-arrow-floor", "drain", size, "ratio_to_numpy") if name.endswith("-arrow") else None
-            want(f"{name} drain >= 0.9x pylibbpf-ringbuf-numpy, {size} B", 0.9,
-                 get(name, "drain", size, "ratio_to_numpy"), ceiling=floor)
-    want("pylibbpf-ordered-numpy drain >= 0.35x c-perfbuf, 32 B", 0.35,
-         get("pylibbpf-ordered-numpy", "drain", 32, "ratio_to_c"), ceiling=("c-perfmerge", "drain", 32, "ratio_to_c"))
-    want("pylibbpf-ringbuf-noop >= 3x bcc-ringbuf-noop (empty callback), 32 B, drain", 3.0,
-         get("pylibbpf-ringbuf-noop", "drain", 32, "ratio_to_bcc"),
-         ceiling=("py-noop-floor", "drain", 32, "ratio_to_bcc"))
-    for mode in ("drain", "steady"):
-        want(f"pylibbpf-ringbuf-callback >= 2.5x bcc-ringbuf, 32 B, {mode}", 2.5,
-             get("pylibbpf-ringbuf-callback", mode, 32, "ratio_to_bcc"),
-             ceiling=("py-check-floor", "drain", 32, "ratio_to_bcc") if mode == "drain" else None)
+    for target, bound, (name, mode, size, key), lower, ceiling in TARGETS:
+        want(target, bound, get(name, mode, size, key), lower, ceiling)
     for t in out:
         ratio = t["ratio"]
         t["met"] = None if ratio is None else (ratio <= t["want"] if t["lower_is_better"] else ratio >= t["want"])
@@ -427,6 +438,9 @@ def machine() -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="only the rows the targets use (still --runs repetitions)")
+    ap.add_argument("--ceilings", action="store_true",
+                    help="also the ceiling and floor rows (c-perfmerge, py-*-floor): what C or the interpreter "
+                         "alone reaches on a target's work")
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
     ap.add_argument("--runs", type=int, default=3, help="repetitions (median of per-repetition ratios); default 3")
     ap.add_argument("--only", help="comma-separated consumer names")
@@ -443,7 +457,7 @@ def main() -> None:
     bcc_env, bcc_skip = bcc_consumer.prepare()
     runs = max(1, args.runs)
     only = set(args.only.split(",")) if args.only else None
-    todo = plan(args.quick, only)
+    todo = plan(args.quick, only, args.ceilings)
     skips = {name: bcc_skip if name.startswith("bcc-") else
              (CONSUMERS[name].skip_reason() if name in CONSUMERS else None) for name, _, _ in todo}
     # Repetitions are interleaved (every measurement once, then again), and inside

@@ -68,7 +68,7 @@ def test_the_ordered_ceiling_is_a_drain_row_over_c_perfbuf() -> None:
     assert baselines("c-perfmerge", "drain", 32) == {"c": ("c-perfbuf", "drain", 32)}
     assert baselines("pylibbpf-ordered-numpy", "drain", 32)["c"] == ("c-perfbuf", "drain", 32)
     for quick in (True, False):
-        runs = plan(quick, None)
+        runs = plan(quick, None, ceilings=True)
         assert ("c-perfmerge", "drain", 32) in runs
         assert {mode for name, mode, _ in runs if name == "c-perfmerge"} == {"drain"}
 
@@ -81,7 +81,7 @@ def test_the_callback_floors_are_drain_rows_over_bcc() -> None:
     assert baselines("py-noop-floor", "drain", 32) == {"bcc": ("bcc-ringbuf-noop", "drain", 32)}
     assert baselines("py-check-floor", "drain", 32) == {"bcc": ("bcc-ringbuf", "drain", 32)}
     for quick in (True, False):
-        runs = plan(quick, None)
+        runs = plan(quick, None, ceilings=True)
         for floor in ("py-noop-floor", "py-check-floor"):
             assert (floor, "drain", 32) in runs
             assert {mode for name, mode, _ in runs if name == floor} == {"drain"}
@@ -145,7 +145,7 @@ def test_the_arrow_floor_is_a_drain_row_whose_ratio_is_the_to_arrow_ceiling() ->
 
     assert baselines("py-arrow-floor", "drain", 1024) == {"numpy": ("pylibbpf-ringbuf-numpy", "drain", 1024)}
     for quick in (True, False):
-        runs = plan(quick, None)
+        runs = plan(quick, None, ceilings=True)
         assert ("py-arrow-floor", "drain", 32) in runs and ("py-arrow-floor", "drain", 1024) in runs
         assert {mode for name, mode, _ in runs if name == "py-arrow-floor"} == {"drain"}
 
@@ -233,3 +233,26 @@ def test_a_ring_buffer_drain_gets_as_many_rounds_as_c_a_perf_drain_three() -> No
         assert params("ringbuf", "drain", 32, quick, True)["max_rounds"] == 20
         assert params("perfbuf", "drain", 32, quick, False)["max_rounds"] == 3
         assert params("perfbuf", "drain", 32, quick, True)["max_rounds"] == 20
+
+
+def test_the_ceiling_rows_run_with_ceilings_only() -> None:
+    """By default the suite shows the readers and their C and bcc baselines; --ceilings adds the
+    ceiling and floor rows, and naming one in --only runs it too."""
+    from benchmarks.__main__ import CEILINGS, plan
+
+    assert CEILINGS == {"c-perfmerge", "py-noop-floor", "py-check-floor", "py-arrow-floor"}
+    for quick in (True, False):
+        default = {name for name, _, _ in plan(quick, None)}
+        assert not default & CEILINGS and {"c-ringbuf", "bcc-ringbuf", "pylibbpf-ringbuf-numpy"} <= default
+        assert CEILINGS <= {name for name, _, _ in plan(quick, None, ceilings=True)}
+    assert {name for name, _, _ in plan(False, {"c-perfmerge"})} == {"c-perfmerge"}
+
+
+def test_the_targets_live_in_one_table() -> None:
+    """Every target is a row of TARGETS, read by targets() in that order."""
+    from benchmarks.__main__ import TARGETS, targets
+
+    out = targets([])
+    assert [t["target"] for t in out] == [row[0] for row in TARGETS] and len(out) == 16
+    assert all(t["ratio"] is None and t["met"] is None for t in out)
+
