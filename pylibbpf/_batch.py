@@ -53,7 +53,11 @@ class Batch:
     tags: Sequence[int]
     lost: Sequence[int]
 
-    def __init__(self, batch: CData, with_tags: bool) -> None:
+    def __init__(self) -> None:
+        """Not called directly: a batch comes from a reader's ``read_batch()``, or :meth:`empty`/:meth:`one`."""
+        raise TypeError("Batch objects come from a reader's read_batch(), or Batch.empty() / Batch.one(data)")
+
+    def _take(self, batch: CData, with_tags: bool) -> None:
         n = batch.n
         used = batch.used
         if used > SMALL_BYTES:
@@ -234,6 +238,13 @@ class Batch:
         _arrow.pyarrow(what)
         self.rest()
         return _arrow.from_records(self.blob, self.starts, self.lens, len(self.starts), 0, event_def, extra)
+
+
+def drained_batch(batch: CData, with_tags: bool) -> Batch:
+    """The records a C drain wrote into ``batch`` (a ``struct plb_batch *``), taken over or copied."""
+    out = Batch.__new__(Batch)
+    out._take(batch, with_tags)
+    return out
 
 
 #: Batches of at most this many records index their records with lists (cheaper to make).

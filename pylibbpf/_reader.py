@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from . import _check, _into, _libbpf, _views
-from ._batch import Batch, Record
+from ._batch import Batch, Record, drained_batch
 from ._close import Closable, OneCaller, Waiter, one_caller
 from ._ffi import ffi, lib
 from .errors import ClosedError
@@ -127,7 +127,7 @@ class CDrain:
                 ret = 1
         finally:
             if batch.n:
-                self._pending = Batch(batch, with_tags=self._tagged)
+                self._pending = drained_batch(batch, with_tags=self._tagged)
         return ret
 
 
@@ -231,12 +231,12 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
                     # The record starts at offset 0 of the drain's buffer (plb_batch_append).
                     return (batch.tag[0], ffi.buffer(batch.buf, batch.len[0])[:])
                 if batch.n:
-                    self._pending = Batch(batch, with_tags=self._tagged)
+                    self._pending = drained_batch(batch, with_tags=self._tagged)
             except BaseException:
                 # As in _wait_drain: the records the call took reach _pending whatever happens next
                 # (a record returned above is the caller's: nothing after the return raises here).
                 if self._pending is None and batch.n:
-                    self._pending = Batch(batch, with_tags=self._tagged)
+                    self._pending = drained_batch(batch, with_tags=self._tagged)
                 raise
             if ret == 1:
                 return True
@@ -313,11 +313,11 @@ class BatchReader(Closable, _into.HandsBackOdd, CDrain):
                 # What the call took from the kernel and no callback got (all of a batch, or a lone
                 # record plb_py_one failed to hand over) becomes pending.
                 if batch.n and not self._called:
-                    self._pending = Batch(batch, with_tags=self._tagged)
+                    self._pending = drained_batch(batch, with_tags=self._tagged)
             except BaseException:
                 # The same when an exception (a signal's) surfaces the moment the call returns.
                 if self._pending is None and batch.n and not self._called:
-                    self._pending = Batch(batch, with_tags=self._tagged)
+                    self._pending = drained_batch(batch, with_tags=self._tagged)
                 _raised_in_call.__dict__.pop("exc", None)
                 raise
             if ret == _DRAIN_CALLED:

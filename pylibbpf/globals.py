@@ -109,7 +109,11 @@ class Globals(MutableMapping[str, Any]):
     refers to the section's memory afterwards.
     """
 
-    def __init__(self, owner: GlobalsOwner, maps: Iterable[Map], btf: CData | None) -> None:
+    def __init__(self) -> None:
+        """Not called directly: ``obj.globals`` is an object's Globals."""
+        raise TypeError("Globals objects come from obj.globals")
+
+    def _setup(self, owner: GlobalsOwner, maps: Iterable[Map], btf: CData | None) -> None:
         self._owner = owner
         self._btf = btf
         self._sections = global_sections(maps, btf) if btf is not None else {}
@@ -219,3 +223,10 @@ class Globals(MutableMapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"<globals of {self._owner.name}: {', '.join(self._vars) or 'none'}>"
+
+
+def new_globals(owner: GlobalsOwner, maps: Iterable[Map], btf: CData | None) -> Globals:
+    """The variables of ``owner``'s global-data ``maps``, typed from ``btf``."""
+    g = Globals.__new__(Globals)
+    g._setup(owner, maps, btf)
+    return g

@@ -85,7 +85,11 @@ class Link:
     parent attached stays attached.
     """
 
-    def __init__(self, ptr: CData, name: str, *, fd: int | None = None, iterator: bool = False) -> None:
+    def __init__(self) -> None:
+        """Not called directly: a link comes from an ``attach*`` call or :meth:`open_pinned`."""
+        raise TypeError("Link objects come from Program.attach*() or Link.open_pinned(path)")
+
+    def _setup(self, ptr: CData, name: str, fd: int | None, iterator: bool) -> None:
         if (ptr is None) == (fd is None):
             raise TypeError("a Link wraps either a struct bpf_link * or a link fd")
         self._ptr = ptr
@@ -112,7 +116,7 @@ class Link:
         p = _check.path(path, "path")
         what = f"bpf_link__open({p})"
         os.close(_libbpf.bpf_obj_get_kind(p, "link", what))
-        link = cls(_libbpf.bpf_link__open(p, what), os.path.basename(p))
+        link = new_link(_libbpf.bpf_link__open(p, what), os.path.basename(p))
         if _libbpf.bpf_fd_kind(link.fd) != "link":  # replaced between the two opens
             link.destroy()  # closes the fd only: the detach of a reopened link is a close
             raise BPFError(errno.EINVAL, f"{p} does not hold a pinned link", what)
@@ -248,3 +252,10 @@ class Link:
 
     def __repr__(self) -> str:
         return f"<Link {self.name!r}{' destroyed' if self.destroyed else ''}>"
+
+
+def new_link(ptr: CData, name: str, *, fd: int | None = None, iterator: bool = False) -> Link:
+    """The Link for what an attach call made: a ``struct bpf_link *`` or a kernel link ``fd``."""
+    link = Link.__new__(Link)
+    link._setup(ptr, name, fd, iterator)
+    return link

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from . import _check, _libbpf
 from ._ffi import ffi, lib
+from ._map_types import ARRAY_TYPES, FD_VALUES, INT_VALUES, KEYLESS, NO_ELEMENTS, PER_CPU_TYPES
 from .btf import BytesType, FdValueType, ValueType, value_type, value_type_of_u32
 from .errors import BPFError
 from .events import EventDef
@@ -37,36 +38,6 @@ ENOTSUPP = 524
 _NO_BATCH = frozenset({ENOTSUPP, errno.EOPNOTSUPP, errno.EINVAL})
 _BATCH_ROOM = 256  # elements per batch call (grown when one hash bucket holds more)
 _MAX_BATCH_ROOM = 1 << 20
-
-_PER_CPU_TYPES = frozenset({lib.BPF_MAP_TYPE_PERCPU_HASH, lib.BPF_MAP_TYPE_PERCPU_ARRAY,
-                            lib.BPF_MAP_TYPE_LRU_PERCPU_HASH, lib.BPF_MAP_TYPE_PERCPU_CGROUP_STORAGE})
-_ARRAY_TYPES = frozenset({lib.BPF_MAP_TYPE_ARRAY, lib.BPF_MAP_TYPE_PERCPU_ARRAY})
-# Map types without keys: a queue/stack pushes and pops values, a bloom filter adds and tests them.
-_KEYLESS = {
-    lib.BPF_MAP_TYPE_QUEUE: "push(), pop() and peek()",
-    lib.BPF_MAP_TYPE_STACK: "push(), pop() and peek()",
-    lib.BPF_MAP_TYPE_BLOOM_FILTER: "add() and `value in m`",
-}
-# Map types whose values are fds when written (a Map, a Program, a socket or a cgroup directory's
-# fd) and what the kernel returns when they are read back from user space (kernel/bpf/arraymap.c,
-# kernel/bpf/map_in_map.c, net/core/sock_map.c): what each value is.
-_FD_VALUES = {
-    lib.BPF_MAP_TYPE_PROG_ARRAY: "a program (read back: its id)",
-    lib.BPF_MAP_TYPE_ARRAY_OF_MAPS: "a map (read back: its id)",
-    lib.BPF_MAP_TYPE_HASH_OF_MAPS: "a map (read back: its id)",
-    lib.BPF_MAP_TYPE_SOCKMAP: "a socket (read back: its cookie)",
-    lib.BPF_MAP_TYPE_SOCKHASH: "a socket (read back: its cookie)",
-    lib.BPF_MAP_TYPE_CGROUP_ARRAY: "a cgroup directory's fd",
-}
-# Map types whose values are ints when they have no BTF type: an ifindex (devmap), a queue size
-# (cpumap), or the struct bpf_devmap_val/bpf_cpumap_val of the program's BTF.
-_INT_VALUES = frozenset({lib.BPF_MAP_TYPE_DEVMAP, lib.BPF_MAP_TYPE_DEVMAP_HASH, lib.BPF_MAP_TYPE_CPUMAP})
-# Map types whose elements cannot be looked up: what to read them with instead.
-_NO_ELEMENTS = {
-    lib.BPF_MAP_TYPE_RINGBUF: "RingBuffer, RingBufConsumer or map_ringbuf",
-    lib.BPF_MAP_TYPE_USER_RINGBUF: "UserRingBuffer",
-    lib.BPF_MAP_TYPE_PERF_EVENT_ARRAY: "PerfBuffer, PerfReader or OrderedReader",
-}
 
 
 class MapOwner(Protocol):
@@ -249,7 +220,7 @@ class _Elements(MutableMapping[Any, Any]):
     def __len__(self) -> int:
         """``max_entries`` for array maps; the number of keys (a walk) for the others."""
         m = self._map
-        if m.type in _ARRAY_TYPES:
+        if m.type in ARRAY_TYPES:
             return m.max_entries
         return sum(1 for _ in m._raw_keys())
 
@@ -265,7 +236,7 @@ class _Elements(MutableMapping[Any, Any]):
         m = self._map
         what = f"clear({m.name})"
         m._element_fd(what)
-        if m.type in _ARRAY_TYPES:
+        if m.type in ARRAY_TYPES:
             m._write_raw([(k, bytes(m._value_layout()[0] * m._value_layout()[1])) for k in m._raw_keys()], 0)
         else:
             m._delete_raw(list(m._raw_keys()))
@@ -291,7 +262,7 @@ class _Elements(MutableMapping[Any, Any]):
         its batch is lost: use a hash map for exact counts).
         """
         m = self._map
-        if m.type in _ARRAY_TYPES:
+        if m.type in ARRAY_TYPES:
             pairs = m._read_raw(delete=False)
             zero = bytes(m._value_layout()[0] * m._value_layout()[1])
             m._write_raw([(k, zero) for k, _ in pairs], 0)
@@ -361,8 +332,9 @@ class RawMap(_Elements):
     ``lookup``, ``update``, ``delete``, ``lookup_batch``, ``pop_items``...
     """
 
-    def __init__(self, m: Map) -> None:
-        self._map = m
+    def __init__(self) -> None:
+        """Not called directly: ``m.raw`` is a map's RawMap."""
+        raise TypeError("RawMap objects come from a map's m.raw")
 
     def _key_bytes(self, key: object, what: str) -> bytes:
         return self._map._raw_key(key, what)
@@ -402,13 +374,17 @@ class Map(_Elements):
     ``len`` is ``max_entries``.
     """
 
-    def __init__(self, owner: MapOwner, ptr: CData, btf: CData | None) -> None:
+    def __init__(self) -> None:
+        """Not called directly: a map comes from ``obj.maps[name]``."""
+        raise TypeError("Map objects come from obj.maps[name]")
+
+    def _setup(self, owner: MapOwner, ptr: CData, btf: CData | None) -> None:
         self._owner = owner
         self._ptr = ptr
         self._btf = btf  # the object's BTF (None: no BTF), owned by the object
         self._map = self
         self.name = _libbpf.bpf_map__name(ptr)
-        self.raw = RawMap(self)
+        self.raw = raw_map(self)
         self._types: tuple[ValueType | None, ValueType | None] | None = None
         self._ncpus = 0
         self._value_types()  # now, before load: see _value_types
@@ -477,7 +453,7 @@ class Map(_Elements):
 
     @property
     def per_cpu(self) -> bool:
-        return self.type in _PER_CPU_TYPES
+        return self.type in PER_CPU_TYPES
 
     @property
     def key_type(self) -> EventDef | str | None:
@@ -638,9 +614,9 @@ class Map(_Elements):
             ptr = self._check()
             value = self._side_type(_libbpf.bpf_map__btf_value_type_id(ptr), self.value_size, "value")
             mtype = _libbpf.bpf_map__type(ptr)
-            if mtype in _FD_VALUES and self.value_size in (4, 8):
-                value = FdValueType(self.value_size, _FD_VALUES[mtype])
-            elif value is None and mtype in _INT_VALUES and self.value_size == 4:
+            if mtype in FD_VALUES and self.value_size in (4, 8):
+                value = FdValueType(self.value_size, FD_VALUES[mtype])
+            elif value is None and mtype in INT_VALUES and self.value_size == 4:
                 value = value_type_of_u32()
             self._types = (self._side_type(_libbpf.bpf_map__btf_key_type_id(ptr), self.key_size, "key"), value)
         return self._types
@@ -716,11 +692,11 @@ class Map(_Elements):
     def _element_fd(self, what: str) -> int:
         """The fd for element access: the map must be created and have elements."""
         fd = self.fd
-        keyless = _KEYLESS.get(self.type)
+        keyless = KEYLESS.get(self.type)
         if keyless is not None:
             raise TypeError(f"{what}: map {self.name!r} is a {self.type_name} map: it has no keys; "
                             f"use {keyless}")
-        kind = _NO_ELEMENTS.get(self.type)
+        kind = NO_ELEMENTS.get(self.type)
         if kind is not None:
             raise TypeError(f"{what}: map {self.name!r} is a {self.type_name} map: it has no elements to "
                             f"look up or set; read it with {kind}")
@@ -729,7 +705,7 @@ class Map(_Elements):
         return fd
 
     def _refuse_delete(self, what: str) -> None:
-        if self.type in _ARRAY_TYPES:
+        if self.type in ARRAY_TYPES:
             raise TypeError(f"{what}: map {self.name!r} is an {self.type_name} map: its elements always exist "
                             "and cannot be deleted (set them to zero instead)")
 
@@ -877,6 +853,20 @@ class Map(_Elements):
 
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def new_map(owner: MapOwner, ptr: CData, btf: CData | None) -> Map:
+    """The Map of ``ptr`` (a ``struct bpf_map *``) of ``owner``, typed from ``btf`` (None: bytes)."""
+    m = Map.__new__(Map)
+    m._setup(owner, ptr, btf)
+    return m
+
+
+def raw_map(m: Map) -> RawMap:
+    """``m.raw``: the bytes protocol over ``m``."""
+    raw = RawMap.__new__(RawMap)
+    raw._map = m
+    return raw
 
 
 class _NoBatch(Exception):

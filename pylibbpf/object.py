@@ -20,10 +20,10 @@ from . import _check, _close, _libbpf, build
 from ._ffi import ffi, lib
 from .btf import struct_event_def, struct_names
 from .errors import BPFError, ClosedError
-from .globals import Globals, global_sections
+from .globals import global_sections, new_globals
 from .link import Link
-from .maps import Map
-from .program import Program
+from .maps import Map, new_map
+from .program import Program, new_program
 
 logger = logging.getLogger("pylibbpf.object")
 
@@ -137,15 +137,15 @@ class BPFObject:
         _close.after_fork(self)
         self.programs: NamedTable[Program] = NamedTable(
             "program", name,
-            {p.name: p for p in (Program(x, alive=self._check, keeper=self)
+            {p.name: p for p in (new_program(x, alive=self._check, keeper=self)
                                  for x in _libbpf.bpf_object__programs(ptr))})
         btf = _libbpf.bpf_object__btf(ptr)
         btf = None if btf == ffi.NULL else btf
-        maps = [Map(self, x, btf) for x in _libbpf.bpf_object__maps(ptr)]
+        maps = [new_map(self, x, btf) for x in _libbpf.bpf_object__maps(ptr)]
         # A global-data map also answers to its section's name: obj.maps[".rodata"] is "execsnoo.rodata".
         self.maps: NamedTable[Map] = NamedTable("map", name, {m.name: m for m in maps}, global_sections(maps, btf))
         #: The global variables by name (see :class:`~pylibbpf.globals.Globals`).
-        self.globals = Globals(self, maps, btf)
+        self.globals = new_globals(self, maps, btf)
 
     @classmethod
     def open(cls, path_or_bytes: str | os.PathLike[str] | bytes | bytearray | memoryview, *,

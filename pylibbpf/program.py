@@ -30,6 +30,7 @@ from . import _check, _close, _libbpf, _shim, features
 from ._ffi import ffi, lib
 from .errors import BPFError, ClosedError
 from .link import Link as Link  # also reachable as pylibbpf.program.Link
+from .link import new_link
 
 CData = Any
 
@@ -191,11 +192,14 @@ class Program:
     :meth:`open_pinned`) are closed with :meth:`close` or as a context manager.
     """
 
-    def __init__(self, ptr: CData, *, alive: Callable[[], object] | None = None, fd: int | None = None,
-                 name: str = "", prog_type: int = -1, keeper: LinkKeeper | None = None) -> None:
-        """``ptr``: the ``struct bpf_program *`` (None for an fd-owning program); ``alive``:
-        raises ClosedError once the owner is closed; ``fd``: an fd this Program owns;
-        ``keeper``: the object that keeps every link this program makes."""
+    def __init__(self) -> None:
+        """Not called directly: a program comes from ``obj.programs``, ``asm.load_program`` or
+        :meth:`open_pinned`."""
+        raise TypeError("Program objects come from obj.programs[name], asm.load_program() or "
+                        "Program.open_pinned(path)")
+
+    def _setup(self, ptr: CData, alive: Callable[[], object] | None, fd: int | None, name: str,
+               prog_type: int, keeper: LinkKeeper | None) -> None:
         self._ptr = ptr
         self._alive = alive
         self._keeper = keeper
@@ -232,7 +236,7 @@ class Program:
         cname, clicense = _libbpf.cstr(label[:15]), _libbpf.cstr(license)
         code = ffi.from_buffer("struct bpf_insn[]", insns)
         fd = _libbpf.bpf_prog_load(type_id, cname, clicense, code, len(insns) // 8, opts, what)
-        return cls(None, fd=fd, name=label, prog_type=int(type_id))
+        return new_program(None, fd=fd, name=label, prog_type=int(type_id))
 
     @classmethod
     def open_pinned(cls, path: str | os.PathLike[str]) -> Program:
@@ -250,7 +254,7 @@ class Program:
         except BaseException:
             os.close(fd)
             raise
-        return cls(None, fd=fd, name=_libbpf.string(info.name), prog_type=int(info.type))
+        return new_program(None, fd=fd, name=_libbpf.string(info.name), prog_type=int(info.type))
 
     def close(self) -> None:
         """Close the fd of a Program that owns one (object programs close with their object). Idempotent."""
@@ -361,7 +365,7 @@ class Program:
 
     def _new_link(self, ptr: CData, *, fd: int | None = None, iterator: bool = False) -> Link:
         """A Link for what an attach call made, handed to the object that keeps it until it closes."""
-        link = Link(ptr, self.name, fd=fd, iterator=iterator)
+        link = new_link(ptr, self.name, fd=fd, iterator=iterator)
         if self._keeper is not None:
             self._keeper.keep_link(link)
         return link
@@ -727,6 +731,16 @@ class Program:
 
     def __repr__(self) -> str:
         return f"<Program {self.name!r} {self.type_name} sec={self.section!r}>"
+
+
+def new_program(ptr: CData, *, alive: Callable[[], object] | None = None, fd: int | None = None,
+                name: str = "", prog_type: int = -1, keeper: LinkKeeper | None = None) -> Program:
+    """A Program: ``ptr``, the ``struct bpf_program *`` (None for an fd-owning program); ``alive``,
+    which raises ClosedError once the owner is closed; ``fd``, an fd the Program owns;
+    ``keeper``, the object that keeps every link the program makes."""
+    prog = Program.__new__(Program)
+    prog._setup(ptr, alive, fd, name, prog_type, keeper)
+    return prog
 
 
 def _said(e: BPFError) -> str:

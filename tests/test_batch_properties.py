@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pylibbpf import ffi, lib
-from pylibbpf._batch import Batch
+from pylibbpf._batch import Batch, drained_batch
 from pylibbpf._shim import plb_batch_new
 from pylibbpf.events import defevent
 
@@ -32,7 +32,7 @@ def collect_ring(recs: list[bytes], ring: int = 0, byte_limit: int = 0) -> tuple
         if ret == lib.PLB_BATCH_FULL:
             break
         assert ret == 0
-    return Batch(batch, with_tags=True), taken
+    return drained_batch(batch, with_tags=True), taken
 
 
 @settings(max_examples=200, deadline=None)
@@ -66,7 +66,7 @@ def test_perf_lost_notices_are_split_out_in_order(items: list[tuple[int, bytes |
             lib.plb_perfbuf_collect(batch, cpu, ffi.from_buffer(item) if item else ffi.NULL, len(item))
         else:
             lib.plb_perfbuf_collect_lost(batch, cpu, item)
-    out = Batch(batch, with_tags=True)
+    out = drained_batch(batch, with_tags=True)
     notices = out.take_lost()
     assert notices == [(cpu, n) for cpu, n in items if isinstance(n, int)]
     samples = [(cpu, s) for cpu, s in items if isinstance(s, bytes)]

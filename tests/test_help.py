@@ -7,6 +7,7 @@ import pydoc
 
 import pytest
 
+import pylibbpf
 from pylibbpf import BPFObject, PerfBuffer, RingBuffer
 
 
@@ -24,3 +25,11 @@ def test_guarded_reader_methods_keep_their_signatures() -> None:
         text = pydoc.render_doc(cls.poll, renderer=pydoc.plaintext)
         assert "poll(self, timeout: 'float | None' = None, *, timeout_ms: 'int | None' = None) -> 'int'" in text
         assert "*args" not in text
+
+
+@pytest.mark.parametrize("name", [n for n in pylibbpf.__all__ if inspect.isclass(getattr(pylibbpf, n))])
+def test_no_public_class_shows_internal_constructor_arguments(name: str) -> None:
+    cls = getattr(pylibbpf, name)
+    params = list(inspect.signature(cls).parameters)
+    internal = {"ptr", "owner", "btf", "keepalive", "batch", "with_tags", "alive", "keeper", "m"}
+    assert not internal & set(params), f"{name}{inspect.signature(cls)}"

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pylibbpf import ffi, lib
-from pylibbpf._batch import SMALL_BATCH, Batch
+from pylibbpf._batch import SMALL_BATCH, drained_batch
 from pylibbpf._rings import RecordBuffer, read_view
 
 U64 = 1 << 64
@@ -311,7 +311,7 @@ def drain(rings: list[SynthRing], batch: Any, max_records: int = 1 << 16) -> tup
     drained = ffi.new("int *", 12345)
     ret = lib.plb_rb_wait_drain(ffi.new("struct plb_waiter *"), 0, views, len(rings), batch, max_records, drained)
     # Read back as RingBuffer does (Batch knows a uniform batch's implicit entries).
-    got = Batch(batch, with_tags=True)
+    got = drained_batch(batch, with_tags=True)
     assert all(start % 8 == 0 for start in got.starts) and not any(got.lost)
     return ret, int(drained[0]), [(tag, bytes(rec)) for tag, rec in zip(got.tags, got)]
 
