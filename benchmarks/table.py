@@ -106,10 +106,31 @@ def ratio_text(target: dict[str, Any]) -> str:
     return text
 
 
+START, END = "<!-- bench-table:start -->", "<!-- bench-table:end -->"
+
+
+def tables(runs: list[tuple[str, dict[str, Any]]]) -> str:
+    """Every table for ``runs`` (the rows of the last, the targets of all, the ceilings of the last)."""
+    parts = ["\n".join(rows_table(runs[-1][1])), "\n".join(targets_table(runs))]
+    ceilings = ceilings_table(runs[-1][1])
+    if len(ceilings) > 2:
+        parts.append("\n".join(ceilings))
+    return "\n\n".join(parts)
+
+
+def on_page(text: str, tables_text: str) -> str:
+    """``text`` with ``tables_text`` between its markers (ValueError when it has none)."""
+    if START not in text or END not in text:
+        raise ValueError(f"the page has no {START} ... {END} markers")
+    head, rest = text.split(START, 1)
+    return f"{head}{START}\n{tables_text}\n{END}{rest.split(END, 1)[1]}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.table", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", metavar="RUN.json", help="--json files, oldest first")
     parser.add_argument("--titles", help="comma-separated column titles of the targets table (default: file names)")
+    parser.add_argument("--write", metavar="PAGE", help="put the tables between PAGE's bench-table markers")
     args = parser.parse_args(argv)
     titles = args.titles.split(",") if args.titles else list(args.runs)
     if len(titles) != len(args.runs):
@@ -118,13 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     for title, path in zip(titles, args.runs):
         with open(path) as f:
             runs.append((title, json.load(f)))
-    print("\n".join(rows_table(runs[-1][1])))
-    print()
-    print("\n".join(targets_table(runs)))
-    ceilings = ceilings_table(runs[-1][1])
-    if len(ceilings) > 2:
-        print()
-        print("\n".join(ceilings))
+    text = tables(runs)
+    if args.write:
+        with open(args.write) as f:
+            page = f.read()
+        with open(args.write, "w") as f:
+            f.write(on_page(page, text))
+        return 0
+    print(text)
     return 0
 
 

@@ -256,3 +256,15 @@ def test_the_targets_live_in_one_table() -> None:
     assert [t["target"] for t in out] == [row[0] for row in TARGETS] and len(out) == 16
     assert all(t["ratio"] is None and t["met"] is None for t in out)
 
+
+
+def test_the_performance_page_shows_the_recorded_run() -> None:
+    """docs/performance.md's tables are benchmarks.table's output for docs/perf/run.json, as written."""
+    from benchmarks.table import END, START, tables
+
+    root = Path(__file__).resolve().parent.parent
+    run = json.loads((root / "docs" / "perf" / "run.json").read_text())
+    page = (root / "docs" / "performance.md").read_text()
+    shown = page.split(START, 1)[1].split(END, 1)[0].strip()
+    assert shown == tables([("docs/perf/run.json", run)]).strip(), (
+        "run `.venv/bin/python -m benchmarks.table docs/perf/run.json --write docs/performance.md`")
