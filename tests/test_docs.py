@@ -78,3 +78,14 @@ def test_the_api_reference_covers_every_public_name() -> None:
         if name not in documented and where not in documented and f"`{name}`" not in page:
             missing.append(name)
     assert missing == []
+
+
+def test_the_site_shows_sphinx_roles_as_names() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mkdocs_hooks", ROOT / "tools" / "mkdocs_hooks.py")
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    html = "see :class:<code>~pylibbpf.Batch</code> and :meth:<code>read_into</code>"
+    assert hooks.on_page_content(html) == "see <code>Batch</code> and <code>read_into</code>"
