@@ -7,6 +7,7 @@ import io
 import os
 import signal
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -227,3 +228,24 @@ def signal_thrice(thread_id: int, then: Callable[[], object] | None = None) -> t
     thread = threading.Thread(target=poke)
     thread.start()
     return thread
+
+
+class TracingStderr:
+    """A command's stderr, read by a thread into ``lines``; ``ready`` is set at its "tracing ..." line
+    (the commands print it once attached) or when stderr ends."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._collect)
+        self.thread.start()
+
+    def _collect(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if line.startswith("tracing "):
+                self.ready.set()
+        self.ready.set()
+

@@ -12,11 +12,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from progs import TracingStderr
 
 from pylibbpf.cli import BUNDLED_DIR
 
@@ -80,18 +80,8 @@ class Trace:
     def __init__(self, *args: str, stdout: Any = subprocess.DEVNULL) -> None:
         self.proc = subprocess.Popen([*COMMAND, "trace", "open", *args], stdin=subprocess.DEVNULL, stdout=stdout,
                                      stderr=subprocess.PIPE, text=True)
-        self.err: list[str] = []
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._collect)
-        self._thread.start()
-
-    def _collect(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.err.append(line)
-            if line.startswith("tracing "):
-                self._ready.set()
-        self._ready.set()
+        watch = TracingStderr(self.proc)
+        self.err, self._ready, self._thread = watch.lines, watch.ready, watch.thread
 
     def wait_ready(self) -> None:
         assert self._ready.wait(TIMEOUT) and self.proc.poll() is None, "".join(self.err)

@@ -13,13 +13,12 @@ import json
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from progs import ctrl_c_after_line, with_default_sigint
+from progs import TracingStderr, ctrl_c_after_line, with_default_sigint
 
 from pylibbpf.cli import BUNDLED_DIR
 from pylibbpf.cli.runqlat import cmd_runqlat, open_runqlat, read_histograms
@@ -84,18 +83,8 @@ class Runqlat:
         # SIGINT at its default action, whatever this process inherited: finish(SIGINT) is Ctrl-C.
         self.proc = subprocess.Popen(with_default_sigint([*COMMAND, *args]), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.err: list[str] = []
-        self.ready = threading.Event()
-        self._thread = threading.Thread(target=self._collect)
-        self._thread.start()
-
-    def _collect(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.err.append(line)
-            if line.startswith("tracing "):
-                self.ready.set()
-        self.ready.set()
+        watch = TracingStderr(self.proc)
+        self.err, self.ready, self._thread = watch.lines, watch.ready, watch.thread
 
     def wait_ready(self) -> None:
         assert self.ready.wait(DEADLINE), "runqlat never started tracing"
