@@ -1,4 +1,4 @@
-"""Addresses to symbol names: the kernel's (``/proc/kallsyms``) and a process's (its ELF files).
+"""Addresses to symbol names: the kernel's (``/proc/kallsyms``) and a process's (its ELF files, perf maps).
 
 ``KernelSymbols().resolve(addr)`` and ``ProcessSymbols(pid).resolve(addr)``
 return a :class:`Symbol` ``(name, offset, module)`` or None, the way bcc's
@@ -7,20 +7,28 @@ instruction pointers a BPF program reports.
 
 Kernel: every symbol of ``/proc/kallsyms`` (absolute symbols aside) sorted by
 address, looked up by binary search; ``module`` is ``"kernel"`` for the core
-image, else the module's name (``"bpf"`` for JIT-ed BPF programs). The list is
-read once; :meth:`KernelSymbols.refresh` reads it again (after a module or a
-BPF program was loaded).
+image, else the module's name (``"bpf"`` for JIT-ed BPF programs). Where
+several names share one address, :meth:`KernelSymbols.resolve` gives the one
+:func:`preferred_kernel_name` picks, :meth:`KernelSymbols.aliases` lists them
+all and :meth:`KernelSymbols.address` finds any of them. The list is read once;
+:meth:`KernelSymbols.refresh` reads it again (after a module or a BPF program
+was loaded).
 
-Process: ``/proc/PID/maps`` says which file (and which part of it) backs an
-address. The file offset of the address, ``addr - start + mapping offset``,
-falls in one ``PT_LOAD`` segment of the ELF file, which gives its virtual
-address ``p_vaddr + (file offset - p_offset)``: the address the symbol table
-(``.symtab``, else ``.dynsym``) speaks of. That one rule covers position-
-dependent executables, PIE executables and shared libraries at any load bias.
-The ``[vdso]`` is read from the process's memory (``/proc/PID/mem``), where the
-kernel maps it. ELF files are parsed with pyelftools and cached per file
-(device, inode, modification time, size), for every ProcessSymbols of the
-interpreter.
+Process: only code is named. ``/proc/PID/maps`` says which file (and which
+part of it) backs an address; an address in a mapping that is not executable
+has no name. The file offset of the address, ``addr - start + mapping
+offset``, falls in one ``PT_LOAD`` segment of the ELF file, which gives its
+virtual address ``p_vaddr + (file offset - p_offset)``: the address the
+symbol tables speak of. That one rule covers position-dependent executables,
+PIE executables and shared libraries at any load bias. The function symbols
+come from ``.symtab``, ``.dynsym``, ``.gnu_debugdata`` (MiniDebugInfo) and a
+debug file found by build-id (``pylibbpf._elfsyms`` says how, and which name
+wins at a shared address); an address past the end of the function below it
+has no name. The ``[vdso]`` is read from the process's memory
+(``/proc/PID/mem``). Code in anonymous executable memory (a JIT) is named from
+the process's perf map, ``/tmp/perf-PID.map``, which CPython 3.12+ writes with
+``-X perf`` and Node and JVM agents write too. ELF files are parsed once and
+cached (by build-id) for every ProcessSymbols of the interpreter.
 """
 
 from __future__ import annotations
@@ -31,17 +39,17 @@ import errno
 import io
 import os
 import stat
-import struct
 import threading
-from collections import OrderedDict
-from collections.abc import Sequence
-from typing import IO, NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
-from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
 
-from . import _check
+from . import _check, _elfsyms
+from ._elfsyms import DEBUG_DIRS
+
+__all__ = ["ANON_MODULE", "DEBUG_DIRS", "KALLSYMS", "KERNEL_MODULE", "SYSCALL_OTHER_FORMS", "SYSCALL_WRAPPERS",
+           "KernelSymbols", "ProcessSymbols", "Symbol", "elf_has_symbol", "preferred_kernel_name"]
 
 #: Where the kernel lists its symbols.
 KALLSYMS = "/proc/kallsyms"
@@ -52,8 +60,11 @@ ANON_MODULE = "[anon]"
 #: Shared anonymous memory shows a file name in /proc/PID/maps (MAP_SHARED|MAP_ANONYMOUS, memfd_create,
 #: System V shared memory): no ELF file behind it.
 _ANON_FILES = ("/dev/zero", "/memfd:", "/SYSV")
-#: How many parsed ELF files stay cached.
-ELF_CACHE_SIZE = 128
+#: The prefix each architecture's kernel gives a system call's entry point (``__x64_sys_getppid``).
+SYSCALL_WRAPPERS = {"x86_64": "__x64_", "aarch64": "__arm64_", "s390x": "__s390x_", "riscv64": "__riscv_"}
+#: The other names a system call's code carries at the same address (the 32-bit entry, the body, the
+#: sign-extending stub): never preferred over the wrapper.
+SYSCALL_OTHER_FORMS = ("__ia32_", "__x32_", "__do_", "__se_")
 
 
 class Symbol(NamedTuple):
@@ -68,6 +79,35 @@ class Symbol(NamedTuple):
 
 
 # --- the kernel ------------------------------------------------------------------------------
+
+def preferred_kernel_name(names: Iterable[tuple[str, bool]], machine: str | None = None) -> str:
+    """The name, among ``(name, is_global)`` pairs sharing one address, that ``resolve()`` gives.
+
+    The rule, in order (each step only among the names the step before left):
+
+    1. a global symbol (upper-case type letter in ``/proc/kallsyms``) over a local one;
+    2. the architecture's system-call wrapper (``__x64_sys_getppid`` on x86-64, ``__arm64_`` on
+       arm64; :data:`SYSCALL_WRAPPERS`) over the other forms of the same call (``__ia32_``, ``__x32_``,
+       ``__do_``, ``__se_``: :data:`SYSCALL_OTHER_FORMS`), with or without a ``__pfx_`` in front;
+    3. fewer leading underscores (``memset`` over ``__memset``);
+    4. the greatest name in byte order (what libbpf-tools' sorted table gives for equal addresses).
+
+    ``machine`` defaults to this machine's (``os.uname().machine``).
+    """
+    wrapper = SYSCALL_WRAPPERS.get(machine or os.uname().machine, "")
+
+    def rank(entry: tuple[str, bool]) -> tuple[int, int, int]:
+        name, is_global = entry
+        bare = name.removeprefix("__pfx_")
+        form = 0 if wrapper and bare.startswith(wrapper) else 2 if bare.startswith(SYSCALL_OTHER_FORMS) else 1
+        return (0 if is_global else 1, form, len(name) - len(name.lstrip("_")))
+
+    entries = list(names)
+    if not entries:
+        raise ValueError("no names to choose from")
+    best = min(rank(e) for e in entries)
+    return max(name for name, is_global in entries if rank((name, is_global)) == best)
+
 
 class KernelSymbols:
     """The kernel's symbols from ``/proc/kallsyms``; resolve() is a binary search.
@@ -84,16 +124,19 @@ class KernelSymbols:
         self._addrs: list[int] = []
         self._names: list[str] = []
         self._modules: list[str] = []
-        self._by_name: dict[str, int] | None = None
+        self._aliases: dict[int, tuple[str, ...]] = {}
+        self._by_name: dict[str, int] = {}
         self.refresh()
 
     def refresh(self) -> None:
         """Read the symbol list again (a module or BPF program loaded since). PermissionError when the
         addresses are hidden, OSError when the file cannot be read."""
-        rows: list[tuple[int, int, str, str]] = []
+        groups: dict[int, list[tuple[str, bool]]] = {}
+        module_of: dict[int, str] = {}
+        by_name: dict[str, int] = {}
         hidden = 0
         with open(self._path, encoding="utf-8", errors="replace") as f:
-            for seq, line in enumerate(f):
+            for line in f:
                 parts = line.split()
                 if len(parts) < 3:
                     continue
@@ -104,133 +147,65 @@ class KernelSymbols:
                 if addr == 0:
                     hidden += 1
                     continue
-                module = parts[3].strip("[]") if len(parts) > 3 else KERNEL_MODULE
-                # Several names at one address: global (upper-case type) first, then file order.
-                rows.append((addr, seq + (0 if kind.isupper() else 1 << 32), parts[2], module))
-        if not rows:
+                name = parts[2]
+                groups.setdefault(addr, []).append((name, kind.isupper()))
+                module_of.setdefault(addr, parts[3].strip("[]") if len(parts) > 3 else KERNEL_MODULE)
+                by_name.setdefault(name, addr)  # a name defined twice: its first, in the file's order
+        if not groups:
             if hidden:
                 raise PermissionError(errno.EACCES, f"{self._path} shows every address as 0: the kernel hides "
                                       "them (kernel.kptr_restrict, or the reader lacks CAP_SYSLOG); run as root "
                                       "with `sysctl kernel.kptr_restrict=0`", self._path)
             raise ValueError(f"{self._path} holds no symbols")
-        rows.sort()
-        addrs: list[int] = []
+        machine = os.uname().machine
+        addrs = sorted(groups)
         names: list[str] = []
-        modules: list[str] = []
-        for addr, _, name, module in rows:
-            if addrs and addrs[-1] == addr:
-                continue  # an alias: the preferred name is already there
-            addrs.append(addr)
-            names.append(name)
-            modules.append(module)
+        aliases: dict[int, tuple[str, ...]] = {}
+        for addr in addrs:
+            group = groups[addr]
+            if len(group) == 1:
+                names.append(group[0][0])
+                continue
+            chosen = preferred_kernel_name(group, machine)
+            names.append(chosen)
+            aliases[addr] = (chosen, *(n for n, _ in group if n != chosen))
         with self._lock:
-            self._addrs, self._names, self._modules = addrs, names, modules
-            self._by_name = None
+            self._addrs, self._names = addrs, names
+            self._modules = [module_of[a] for a in addrs]
+            self._aliases, self._by_name = aliases, by_name
 
     def __len__(self) -> int:
+        """How many addresses have a symbol (aliases count once)."""
         return len(self._addrs)
 
-    def resolve(self, addr: int) -> Symbol | None:
-        """The symbol at or below ``addr``; None below the first kernel symbol (a user-space address)."""
+    def _index(self, addr: int) -> int:
         addr = _check.integer(addr, "addr", lo=0, hi=_check.UINT64_MAX)
+        return bisect.bisect_right(self._addrs, addr) - 1
+
+    def resolve(self, addr: int) -> Symbol | None:
+        """The symbol at or below ``addr`` (among aliases, the :func:`preferred_kernel_name`); None below
+        the first kernel symbol (a user-space address)."""
         with self._lock:
-            i = bisect.bisect_right(self._addrs, addr) - 1
+            i = self._index(addr)
             if i < 0:
                 return None
             return Symbol(self._names[i], addr - self._addrs[i], self._modules[i])
 
+    def aliases(self, addr: int) -> tuple[str, ...]:
+        """Every name of the symbol at or below ``addr``, the one resolve() gives first; () below the first."""
+        with self._lock:
+            i = self._index(addr)
+            if i < 0:
+                return ()
+            start = self._addrs[i]
+            return self._aliases.get(start, (self._names[i],))
+
     def address(self, name: str) -> int | None:
-        """The address of the symbol called ``name`` (its first, for names defined twice), or None."""
+        """The address of the symbol called ``name``, whichever alias it is (for names defined twice, the
+        first in ``/proc/kallsyms``), or None."""
         name = _check.string(name, "name")
         with self._lock:
-            if self._by_name is None:
-                self._by_name = {}
-                for i in range(len(self._names) - 1, -1, -1):
-                    self._by_name[self._names[i]] = self._addrs[i]
             return self._by_name.get(name)
-
-
-# --- ELF files --------------------------------------------------------------------------------
-
-_FUNC_TYPES = frozenset({"STT_FUNC", "STT_GNU_IFUNC", "STT_OBJECT"})
-
-
-@dataclasses.dataclass(frozen=True)
-class _ElfSymbols:
-    """What resolution needs from one ELF file: its PT_LOAD segments and sorted symbols."""
-
-    segments: tuple[tuple[int, int, int], ...]  # (p_offset, p_filesz, p_vaddr)
-    starts: tuple[int, ...]
-    ends: tuple[int, ...]  # start + size, or the next symbol's start for a size-0 symbol
-    names: tuple[str, ...]
-
-    @classmethod
-    def parse(cls, stream: IO[bytes]) -> _ElfSymbols:
-        elf = ELFFile(stream)
-        segments = tuple((seg["p_offset"], seg["p_filesz"], seg["p_vaddr"]) for seg in elf.iter_segments()
-                         if seg["p_type"] == "PT_LOAD")
-        # start -> (preference, size, name): one name per address, preferring functions, global
-        # bindings, the larger size and a name without a leading underscore (printf over _IO_printf)
-        found: dict[int, tuple[tuple[int, bool, int], int, str]] = {}
-        for section_name in (".symtab", ".dynsym"):
-            section = elf.get_section_by_name(section_name)
-            if not isinstance(section, SymbolTableSection):
-                continue
-            for sym in section.iter_symbols():
-                value, info = sym["st_value"], sym["st_info"]
-                if not value or not sym.name or info["type"] not in _FUNC_TYPES or sym["st_shndx"] == "SHN_UNDEF":
-                    continue
-                rank = ((0 if info["type"] != "STT_OBJECT" else 2) + (0 if info["bind"] == "STB_GLOBAL" else 1),
-                        sym.name.startswith("_"), -sym["st_size"])
-                best = found.get(value)
-                if best is None or rank < best[0]:
-                    found[value] = (rank, sym["st_size"], sym.name)
-        starts = sorted(found)
-        ends = [s + found[s][1] if found[s][1] else (starts[i + 1] if i + 1 < len(starts) else s + 1)
-                for i, s in enumerate(starts)]
-        return cls(segments, tuple(starts), tuple(ends), tuple(found[s][2] for s in starts))
-
-    def vaddr(self, file_offset: int) -> int | None:
-        """The virtual address the ELF gives the byte at ``file_offset``, None outside every PT_LOAD."""
-        for offset, size, vaddr in self.segments:
-            if offset <= file_offset < offset + size:
-                return vaddr + file_offset - offset
-        return None
-
-    def lookup(self, vaddr: int) -> tuple[str, int] | None:
-        """(name, offset) of the symbol that covers ``vaddr``."""
-        i = bisect.bisect_right(self.starts, vaddr) - 1
-        if i >= 0 and vaddr < self.ends[i]:
-            return self.names[i], vaddr - self.starts[i]
-        return None
-
-
-_NOT_ELF = _ElfSymbols((), (), (), ())
-
-_cache_lock = threading.Lock()
-_cache: OrderedDict[tuple[object, ...], _ElfSymbols] = OrderedDict()
-
-
-def _cached(key: tuple[object, ...], stream: IO[bytes]) -> _ElfSymbols:
-    """The parsed symbols for ``key``, parsing ``stream`` on a miss (a file that is not ELF: no symbols)."""
-    with _cache_lock:
-        hit = _cache.get(key)
-        if hit is not None:
-            _cache.move_to_end(key)
-            return hit
-    try:
-        parsed = _ElfSymbols.parse(stream)
-    except (ELFError, OSError, ValueError, EOFError, KeyError, AttributeError, IndexError, TypeError,
-            OverflowError, struct.error):
-        # not an ELF file (a locale archive, a font mapped by a process), a truncated one, or a header
-        # whose offsets point nowhere (pyelftools then seeks before the start: OSError): no symbols,
-        # its addresses resolve to the module and an offset
-        parsed = _NOT_ELF
-    with _cache_lock:
-        _cache[key] = parsed
-        while len(_cache) > ELF_CACHE_SIZE:
-            _cache.popitem(last=False)
-    return parsed
 
 
 # --- processes -------------------------------------------------------------------------------
@@ -242,6 +217,7 @@ class _Mapping:
     offset: int
     path: str  # "" for anonymous memory, "[heap]", "[vdso]", ... for the kernel's names
     inode: int = 0  # of the mapped file (0: none)
+    executable: bool = True
 
 
 def _read_maps(pid: int) -> list[_Mapping]:
@@ -253,7 +229,7 @@ def _read_maps(pid: int) -> list[_Mapping]:
                 continue
             lo, _, hi = parts[0].partition("-")
             mappings.append(_Mapping(int(lo, 16), int(hi, 16), int(parts[2], 16), parts[5] if len(parts) > 5 else "",
-                                     int(parts[4]) if parts[4].isdigit() else 0))
+                                     int(parts[4]) if parts[4].isdigit() else 0, "x" in parts[1]))
     return mappings
 
 
@@ -280,21 +256,68 @@ def _open_mapped(path: str, inode: int) -> int | None:
         os.close(handle)
 
 
+@dataclasses.dataclass(frozen=True)
+class _PerfMap:
+    """A perf map's entries (``START SIZE NAME`` lines, hexadecimal), sorted; the file's identity."""
+
+    identity: tuple[int, int, int]
+    path: str
+    starts: list[int]
+    ends: list[int]
+    names: list[str]
+
+    @classmethod
+    def parse(cls, identity: tuple[int, int, int], path: str, text: str) -> _PerfMap:
+        entries: dict[int, tuple[int, str]] = {}
+        for line in text.splitlines():
+            parts = line.split(maxsplit=2)
+            if len(parts) < 3:
+                continue
+            try:
+                start, size = int(parts[0], 16), int(parts[1], 16)
+            except ValueError:
+                continue
+            if size > 0:
+                entries[start] = (start + size, parts[2])  # code compiled again at one address: the last
+        starts = sorted(entries)
+        return cls(identity, path, starts, [entries[s][0] for s in starts], [entries[s][1] for s in starts])
+
+    def lookup(self, addr: int) -> tuple[str, int] | None:
+        i = bisect.bisect_right(self.starts, addr) - 1
+        if i >= 0 and addr < self.ends[i]:
+            return self.names[i], addr - self.starts[i]
+        return None
+
+
+def _namespace_pid(pid: int) -> int:
+    """``pid`` as the process sees itself (its innermost PID namespace): the number in its perf map's name."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
+    return pid
+
+
 class ProcessSymbols:
-    """The symbols of process ``pid``, from the ELF files and the ``[vdso]`` its memory maps.
+    """The symbols of process ``pid``: its ELF files, its ``[vdso]``, its perf map.
 
     The mappings are read at construction and by :meth:`refresh` (call it
     after the process loaded a library); each ELF file is parsed the first time
-    an address falls in it. Reading another process's mappings and memory
-    needs the rights ptrace would (root, or the same user). Raises
-    ProcessLookupError when there is no process ``pid``. Safe to share between
-    threads.
+    an address falls in it. The perf map is read when an address falls in
+    anonymous executable memory, and again when the file changed. Reading
+    another process's mappings and memory needs the rights ptrace would
+    (root, or the same user). Raises ProcessLookupError when there is no
+    process ``pid``. Safe to share between threads.
 
     Mapped files are read through ``/proc/PID/map_files/`` (or the process's
     root, or, once it exited, their names): only the regular file with the
     inode the mapping had is read, never a FIFO, device or other file someone
-    put at that name. A file that cannot be read or parsed resolves as one
-    without symbols (module and offset); resolve() does not raise for it.
+    put at that name. The perf map is read only when it is a regular file
+    owned by the process's user or by root. A file that cannot be read or
+    parsed has no symbols; resolve() does not raise for it.
     """
 
     def __init__(self, pid: int) -> None:
@@ -302,7 +325,9 @@ class ProcessSymbols:
         self._lock = threading.Lock()
         self._starts: list[int] = []
         self._mappings: list[_Mapping] = []
-        self._vdso: _ElfSymbols | None = None
+        self._vdso: _elfsyms.ElfSymbols | None = None
+        self._perf_map: _PerfMap | None = None
+        self._perf_map_path = f"/proc/{self.pid}/root/tmp/perf-{_namespace_pid(self.pid)}.map"
         self.refresh()
 
     def refresh(self) -> None:
@@ -324,18 +349,37 @@ class ProcessSymbols:
         return None
 
     def resolve(self, addr: int) -> Symbol | None:
-        """The symbol covering ``addr`` in the process, or None when nothing is mapped there.
+        """The function covering ``addr`` in the process, or None: code only.
 
-        An address in a file without a symbol for it (a stripped binary) gives
-        ``Symbol(None, vaddr, path)`` with the ELF virtual address (what
-        ``addr2line -e path`` takes); anonymous memory (JIT code) gives
-        ``Symbol(None, offset in the mapping, "[anon]")``, the heap and stacks
-        their kernel names (``[heap]``, ``[stack]``).
+        None when nothing is mapped at ``addr``, when its mapping is not
+        executable (data, heap, stacks), when no function symbol covers it
+        (a stripped file, past the end of the function below it, JIT code
+        without a perf map entry). :meth:`locate` says where such an address is.
+        """
+        addr = _check.integer(addr, "addr", lo=0, hi=_check.UINT64_MAX)
+        m = self._mapping(addr)
+        if m is None or not m.executable:
+            return None
+        return self._resolve_in(m, addr)[0]
+
+    def locate(self, addr: int) -> Symbol | None:
+        """Where ``addr`` is, named or not: None when nothing is mapped there, else a Symbol.
+
+        The name is what :meth:`resolve` gives; without one, ``Symbol(None,
+        offset, module)``: for a file, the ELF virtual address (what
+        ``addr2line -e path`` takes, or the offset in the file when no segment
+        loads those bytes); for anonymous memory (``"[anon]"``) and the
+        kernel's named mappings (``[heap]``, ``[stack]``) the offset in the mapping.
         """
         addr = _check.integer(addr, "addr", lo=0, hi=_check.UINT64_MAX)
         m = self._mapping(addr)
         if m is None:
             return None
+        found, where = self._resolve_in(m, addr)
+        return found if found is not None and m.executable else where
+
+    def _resolve_in(self, m: _Mapping, addr: int) -> tuple[Symbol | None, Symbol]:
+        """(the function at ``addr`` or None, where ``addr`` is) within mapping ``m``."""
         if m.path == "[vdso]":
             elf = self._vdso_symbols(m)
             module = m.path
@@ -343,18 +387,21 @@ class ProcessSymbols:
             elf = self._file_symbols(m)
             module = m.path.removesuffix(" (deleted)")
         else:
-            named = m.path.startswith("[")  # [heap], [stack], [anon:name]: the kernel's names
-            return Symbol(None, addr - m.start, m.path if named else ANON_MODULE)
+            named = m.path.startswith("[") and not m.path.startswith("[anon:")  # [heap], [stack]
+            where = Symbol(None, addr - m.start, m.path if named else ANON_MODULE)
+            jit = self._perf_map_lookup(addr) if m.executable else None
+            return jit, where
         file_offset = addr - m.start + m.offset
         vaddr = elf.vaddr(file_offset)
         if vaddr is None:  # not an ELF file, or bytes no segment loads: the offset in the file
-            return Symbol(None, file_offset, module)
+            return None, Symbol(None, file_offset, module)
         found = elf.lookup(vaddr)
         if found is None:
-            return Symbol(None, vaddr, module)
-        return Symbol(found[0], found[1], module)
+            return None, Symbol(None, vaddr, module)
+        symbol = Symbol(found[0], found[1], module)
+        return symbol, symbol
 
-    def _file_symbols(self, m: _Mapping) -> _ElfSymbols:
+    def _file_symbols(self, m: _Mapping) -> _elfsyms.ElfSymbols:
         # /proc/PID/map_files/ opens the very file mapped (deleted, replaced, or in another mount
         # namespace) while the process lives; the path through its root, then the path as written
         # (after it exited: the frames of short-lived processes) are the fall-backs. The names can
@@ -367,10 +414,10 @@ class ProcessSymbols:
                 continue
             with open(fd, "rb") as f:
                 st = os.fstat(f.fileno())
-                return _cached(("file", st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size), f)
-        return _NOT_ELF
+                return _elfsyms.cached(f, ("file", st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size))
+        return _elfsyms.NOT_ELF
 
-    def _vdso_symbols(self, m: _Mapping) -> _ElfSymbols:
+    def _vdso_symbols(self, m: _Mapping) -> _elfsyms.ElfSymbols:
         if self._vdso is None:
             try:
                 with open(f"/proc/{self.pid}/mem", "rb") as mem:
@@ -379,10 +426,58 @@ class ProcessSymbols:
             except OSError:
                 image = b""
             # The same kernel maps the same image in every process: one parse per image.
-            self._vdso = _cached(("vdso", hash(image), len(image)), io.BytesIO(image))
+            self._vdso = _elfsyms.cached(io.BytesIO(image), ("vdso", hash(image), len(image)))
         return self._vdso
+
+    def _perf_map_lookup(self, addr: int) -> Symbol | None:
+        """The perf map's entry for ``addr`` (the file read again when it changed since the last look)."""
+        path = self._perf_map_path
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        with open(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            try:
+                owner = os.stat(f"/proc/{self.pid}").st_uid
+            except OSError:
+                owner = 0
+            if not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, owner):
+                return None  # a FIFO or another user's file at a name anyone can create in /tmp
+            identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+            with self._lock:
+                current = self._perf_map
+            if current is None or current.identity != identity:
+                current = _PerfMap.parse(identity, path, f.read().decode("utf-8", "replace"))
+                with self._lock:
+                    self._perf_map = current
+        found = current.lookup(addr)
+        if found is None:
+            return None
+        return Symbol(found[0], found[1], f"/tmp/perf-{_namespace_pid(self.pid)}.map")
 
     def modules(self) -> Sequence[str]:
         """The distinct files and names mapped in the process, in address order."""
         with self._lock:
             return list(dict.fromkeys(m.path for m in self._mappings if m.path))
+
+
+# --- one ELF file ------------------------------------------------------------------------------
+
+def elf_has_symbol(path: str | os.PathLike[str], name: str) -> bool:
+    """Whether the ELF file at ``path`` defines a function called ``name`` (in ``.symtab`` or
+    ``.dynsym``): what ``Program.attach_uprobe(binary, name)`` needs, asked before attaching.
+
+    Raises FileNotFoundError (or another OSError) when the file cannot be opened, ValueError naming
+    the path when it is not a readable ELF file, TypeError/ValueError for a bad ``name``.
+    """
+    where = _check.path(path, "path")
+    wanted = _check.string(name, "name").encode()
+    if not wanted or b"\0" in wanted:
+        raise ValueError(f"name must be a non-empty symbol name without NUL bytes, got {name!r}")
+    fd = _elfsyms.open_regular(os.fspath(where))
+    with open(fd, "rb") as f:
+        try:
+            return _elfsyms.defines_function(ELFFile(f), wanted)
+        except _elfsyms.PARSE_ERRORS as e:
+            raise ValueError(f"{os.fspath(where)!r} is not a readable ELF file: {e}") from None

@@ -244,6 +244,7 @@ def test_missing_frames_and_exited_processes() -> None:
     missed = Stack(7, "k", 1, kernel=(), user=(), missed_kernel=True, missed_user=True)
     assert format_folded([missed], None) == "k;[Missed User Stack];[Missed Kernel Stack]_[k] 1\n"
     frame = Symbolizer(None).user_frame(_exited_pid(), 0x55D0C0DE1139)
-    assert frame.symbol is None and frame.text == "[unknown:0x55d0c0de1139]"
+    assert frame.symbol is None and frame.text == "[unknown]"
     stripped = Frame(0x7F00, Symbol(None, 0x2724A, "/usr/lib/libc.so.6"), False)
-    assert stripped.text == "libc.so.6+0x2724a"
+    assert stripped.text == "[unknown]"
+    assert stripped.as_json() == {"address": 0x7F00, "name": None, "offset": 0x2724A, "module": "/usr/lib/libc.so.6"}

@@ -112,13 +112,16 @@ def test_stripped_binaries_give_module_and_offset(targets: dict[str, Path], run:
     ps = ProcessSymbols(r.proc.pid)
     exe_syms = _symtab(targets["pie"])
     lib_syms = _symtab(targets["pie"].parent / "libsymslib.so")
-    # no .symtab: the executable's functions are only an offset (its ELF virtual address)
+    # no .symtab: the executable's functions have no name, only a place (their ELF virtual address)
     for name in ("syms_exe_global", "syms_exe_static"):
-        assert ps.resolve(r.addrs[name] + 1) == Symbol(None, exe_syms[name] + 1, str(exe))
+        assert ps.resolve(r.addrs[name] + 1) is None
+        assert ps.locate(r.addrs[name] + 1) == Symbol(None, exe_syms[name] + 1, str(exe))
     # the library's exported function is still in .dynsym; its static one is not
     lib = str(exe.parent / "libsymslib.so")
     assert ps.resolve(r.addrs["syms_lib_global"]) == Symbol("syms_lib_global", 0, lib)
-    assert ps.resolve(r.addrs["syms_lib_static"]) == Symbol(None, lib_syms["syms_lib_static"], lib)
+    assert ps.locate(r.addrs["syms_lib_global"]) == Symbol("syms_lib_global", 0, lib)
+    assert ps.resolve(r.addrs["syms_lib_static"]) is None
+    assert ps.locate(r.addrs["syms_lib_static"]) == Symbol(None, lib_syms["syms_lib_static"], lib)
 
 
 def test_anonymous_memory_and_unmapped_addresses() -> None:
@@ -133,11 +136,12 @@ def test_anonymous_memory_and_unmapped_addresses() -> None:
         ps = ProcessSymbols(ps_self)
         for addr in addrs:
             # the kernel may merge the region with an anonymous neighbour: the offset is from the merged start
-            sym = ps.resolve(addr + 10)
+            assert ps.resolve(addr + 10) is None  # not executable: no code to name
+            sym = ps.locate(addr + 10)
             assert sym is not None and sym.name is None and sym.module == "[anon]"
             assert sym.offset >= 10 and (sym.offset - 10) % mmap.PAGESIZE == 0
-    assert ps.resolve(0) is None
-    assert ps.resolve(0xFFFF_FFFF_FFFF_F000) is None
+    assert ps.resolve(0) is None and ps.locate(0) is None
+    assert ps.resolve(0xFFFF_FFFF_FFFF_F000) is None and ps.locate(0xFFFF_FFFF_FFFF_F000) is None
 
 
 def test_refresh_sees_a_library_loaded_later(targets: dict[str, Path]) -> None:

@@ -3,7 +3,7 @@
 - After the process exited, the name of a file it mapped may have been replaced by anyone who can
   write the directory: a FIFO there must never be opened (an open for reading blocks until a writer
   comes: ``pylibbpf profile`` running as root would hang), nor anything but the mapped file.
-- A mapped file whose ELF header points nowhere resolves as a file without symbols (module and
+- A mapped file whose ELF header points nowhere is located as a file without symbols (module and
   offset) instead of raising OSError.
 
 Real processes map real files (Python's mmap in a child); the resolution runs in a subprocess that
@@ -50,7 +50,7 @@ if not unlink_first:
 for name in fifos:
     os.mkfifo(name)
 print("resolving", flush=True)
-sym = ps.resolve(start + 0x10)
+sym = ps.locate(start + 0x10)
 print(json.dumps([sym.name, sym.offset, sym.module] if sym else None), flush=True)
 """
 
@@ -108,7 +108,7 @@ def test_a_broken_elf_header_resolves_to_module_and_offset(tmp_path: Path) -> No
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
         ps = ProcessSymbols(child.pid)
         start = next(int(line.split("-")[0], 16) for line in open(f"/proc/{child.pid}/maps") if str(path) in line)
-        assert ps.resolve(start + 0x40) == Symbol(None, 0x40, str(path))
+        assert ps.locate(start + 0x40) == Symbol(None, 0x40, str(path))
     finally:
         assert child.stdin is not None and child.stdout is not None
         child.stdin.close()

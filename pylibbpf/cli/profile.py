@@ -18,7 +18,9 @@ and user frames with one :class:`~pylibbpf.syms.ProcessSymbols` per process
 (the mappings of each process are read once a second while sampling, so that
 the frames of a process that exits before the end still resolve through the
 files it had mapped; a process that came and went within that second has no
-mappings left to read: its frames print as ``[unknown:ADDRESS]``). Output, on stdout:
+mappings left to read). Only code is named (:meth:`~pylibbpf.syms.ProcessSymbols.resolve`'s rule,
+JIT code through the process's perf map); a frame no function covers prints as ``[unknown]``, as
+libbpf-tools' profile prints it. Output, on stdout:
 
 - default: the ``--top`` (default 10) hottest stacks, hottest first, each as
   bcc's profile prints it: frames innermost first (kernel, then user), a line
@@ -88,6 +90,10 @@ _TICK = 0.2
 _NOT_RECORDED = -1
 
 
+#: The text of a frame no function covers.
+UNKNOWN = "[unknown]"
+
+
 @dataclasses.dataclass(frozen=True)
 class Frame:
     """One frame of a stack: its address, what it resolved to (None: nothing), and which side it is on."""
@@ -98,15 +104,11 @@ class Frame:
 
     @property
     def text(self) -> str:
-        """``name``; ``FILE+0xOFFSET`` without a symbol (a stripped file: the file's base name and the ELF
-        address, as ``addr2line -e`` takes it; the JSON has the path); ``[unknown:0xADDRESS]``
-        when nothing is known (nothing mapped there, or the process exited)."""
+        """The function's name; ``[unknown]`` where no function covers the address (a stripped file, data,
+        anonymous memory without a perf map, nothing mapped, an exited process), as libbpf-tools'
+        profile prints it. The JSON output keeps the address, module and offset of such a frame."""
         s = self.symbol
-        if s is None:
-            return f"[unknown:{self.address:#x}]"
-        if s.name is None:
-            return f"{os.path.basename(s.module)}+{s.offset:#x}"
-        return s.name
+        return UNKNOWN if s is None or s.name is None else s.name
 
     def as_json(self) -> dict[str, Any]:
         s = self.symbol
@@ -164,7 +166,7 @@ class Symbolizer:
     def user_frame(self, pid: int, addr: int) -> Frame:
         self.watch(pid)
         syms = self._processes[pid]
-        return Frame(addr, syms.resolve(addr) if syms is not None else None, False)
+        return Frame(addr, syms.locate(addr) if syms is not None else None, False)
 
 
 def _frames(stacks: Map, stack_id: int) -> list[int] | None:
