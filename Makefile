@@ -91,6 +91,7 @@ demo: build
 
 bench: build
 	$(VPY) -m benchmarks --json benchmarks/results/latest.json
+	$(VPY) -m benchmarks.symbols
 
 sanitize: deps
 	$(MAKE) -s -C tests/c run
