@@ -2,15 +2,17 @@
 
 ::
 
-    pylibbpf.include_dir()          # -I this: <bpf/bpf_helpers.h>, <bpf/bpf_tracing.h>, ...
+    pylibbpf.include_dir()          # -I this: <bpf/bpf_helpers.h>, ..., <pylibbpf/bpf_tools.h>
     pylibbpf.build.vmlinux_h()      # path of a vmlinux.h for the running kernel (cached)
     pylibbpf.build.compile("prog.bpf.c")             # -> Path("prog.bpf.o")
     BPFObject.compile(source_or_path, cflags=())     # compile and open, bcc-style one-file tools
 
 Only compiling needs clang (with the BPF target, any version from 14 on);
 installing pylibbpf and loading prebuilt objects needs no compiler. The
-headers are libbpf's own, from the pinned libbpf the package is linked with,
-copied into the package when it is built.
+``bpf/`` headers are libbpf's own, from the pinned libbpf the package is
+linked with, copied into the package when it is built; ``pylibbpf/bpf_tools.h``
+is the package's own (log2 histogram slots, pid and comm filters, keeping an
+event struct in BTF).
 """
 
 from __future__ import annotations
@@ -112,11 +114,12 @@ def diagnostics(stderr: str) -> list[str]:
 
 def include_dir() -> str:
     """The directory to pass to clang as ``-I``: it holds ``bpf/bpf_helpers.h``, ``bpf/bpf_tracing.h``,
-    ``bpf/bpf_core_read.h``, ``bpf/bpf_endian.h``, ``bpf/bpf_helper_defs.h`` and ``bpf/usdt.bpf.h``.
-
-    They are libbpf's own (the version :func:`pylibbpf.libbpf_version` reports),
-    shipped in the package. Raises FileNotFoundError when the package was built
-    without them (a source tree where ``make build`` has not run yet).
+    ``bpf/bpf_core_read.h``, ``bpf/bpf_endian.h``, ``bpf/bpf_helper_defs.h`` and ``bpf/usdt.bpf.h``,
+    libbpf's own (the version :func:`pylibbpf.libbpf_version` reports), and
+    ``pylibbpf/bpf_tools.h``, the package's helpers for tools (see the
+    Building page), all shipped in the package. Raises FileNotFoundError when
+    the package was built without libbpf's (a source tree where ``make build``
+    has not run yet).
     """
     if not (_INCLUDE / "bpf" / "bpf_helpers.h").is_file():
         raise FileNotFoundError(f"libbpf's BPF headers are missing from {_INCLUDE / 'bpf'}: "
