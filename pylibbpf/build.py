@@ -449,7 +449,10 @@ def event_def(header_text: str, struct: str, *, include_dirs: Sequence[str | os.
     try:
         data, _ = compile_bytes(source, cflags=[*include_flags, *flags])
     except CompileError as exc:
-        raise ValueError(f"EventDef.from_c: clang could not compile header_text:\n{exc.output.rstrip()}") from None
+        # The first error on the first line (what a one-line report shows), every diagnostic after it.
+        first = next((line for line in exc.output.splitlines() if "error:" in line), "")
+        raise ValueError(f"EventDef.from_c: clang could not compile header_text: {first}\n"
+                         f"{exc.output.rstrip()}") from None
     with tempfile.TemporaryDirectory(prefix="pylibbpf-from-c-") as tmp:
         path = Path(tmp) / "struct.bpf.o"
         path.write_bytes(data)
