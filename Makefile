@@ -20,7 +20,7 @@ VENV       := .venv
 VPY        := $(VENV)/bin/python
 APT_PKGS   := clang-19 llvm-19 bpftool libelf-dev zlib1g-dev make pkg-config dpkg-dev gcc libc6-dev systemtap-sdt-dev iproute2
 LIBBPF_A   := vendor/libbpf/build/install/lib/libbpf.a
-EXT_SRCS   := build_ffi.py $(wildcard cdef/*.h csrc/*.c csrc/*.h csrc/bpf/*) pylibbpf/_version.py $(LIBBPF_A)
+EXT_SRCS   := build_ffi.py $(wildcard cdef/*.h csrc/*.c csrc/*.h csrc/bpf/* pylibbpf/include/pylibbpf/*.h) pylibbpf/_version.py $(LIBBPF_A)
 EXT_STAMP  := .stamp-ext
 
 .PHONY: setup deps libbpf build test lint pytest docs demo bench sanitize fuzz clean wheel sdist test-matrix test-loaded
@@ -150,4 +150,4 @@ test-matrix: build
 
 clean:
 	rm -rf build dist tests/bpf/build tests/c/build tests/fuzz/build benchmarks/build pylibbpf/_pylibbpf_cffi* \
-		pylibbpf/bpf/*.bpf.o pylibbpf/include $(EXT_STAMP)
+		pylibbpf/bpf/*.bpf.o pylibbpf/include/bpf $(EXT_STAMP)

@@ -125,7 +125,8 @@ def _missing_struct(btf: CData, name: str, owner: str) -> KeyError:
     listed = ", ".join(known[:20]) + (", ..." if len(known) > 20 else "") if known else "none"
     return KeyError(
         f"no struct named {name!r} in the BTF of {owner}: the compiler keeps only the types reached "
-        f"from a global variable, a map or a function signature. Keep it with a global "
+        f"from a global variable, a map or a function signature. Keep it with "
+        f"`PLB_KEEP_STRUCT({name});` (from <pylibbpf/bpf_tools.h>), a global "
         f"(`struct {name} *keep_{name} __attribute__((unused));`) or a map's "
         f"`__type(value, struct {name})`; `pylibbpf inspect OBJ.bpf.o` lists the structs there are "
         f"(known: {listed})")

@@ -2,15 +2,18 @@
 
 ::
 
-    pylibbpf.include_dir()          # -I this: <bpf/bpf_helpers.h>, <bpf/bpf_tracing.h>, ...
+    pylibbpf.include_dir()          # -I this: <bpf/bpf_helpers.h>, ..., <pylibbpf/bpf_tools.h>
     pylibbpf.build.vmlinux_h()      # path of a vmlinux.h for the running kernel (cached)
     pylibbpf.build.compile("prog.bpf.c")             # -> Path("prog.bpf.o")
     BPFObject.compile(source_or_path, cflags=())     # compile and open, bcc-style one-file tools
+    pylibbpf.build.event_def(header_text, "struct event")   # = EventDef.from_c: a C struct's layout
 
 Only compiling needs clang (with the BPF target, any version from 14 on);
 installing pylibbpf and loading prebuilt objects needs no compiler. The
-headers are libbpf's own, from the pinned libbpf the package is linked with,
-copied into the package when it is built.
+``bpf/`` headers are libbpf's own, from the pinned libbpf the package is
+linked with, copied into the package when it is built; ``pylibbpf/bpf_tools.h``
+is the package's own (log2 histogram slots, pid and comm filters, keeping an
+event struct in BTF).
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import _check, _libbpf, _shim
+from . import _check, _libbpf, _shim, events
+from .btf import struct_event_def, struct_names
+from .events import EventDef
 
 #: The running kernel's BTF: what vmlinux.h is generated from.
 VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
@@ -112,11 +117,12 @@ def diagnostics(stderr: str) -> list[str]:
 
 def include_dir() -> str:
     """The directory to pass to clang as ``-I``: it holds ``bpf/bpf_helpers.h``, ``bpf/bpf_tracing.h``,
-    ``bpf/bpf_core_read.h``, ``bpf/bpf_endian.h``, ``bpf/bpf_helper_defs.h`` and ``bpf/usdt.bpf.h``.
-
-    They are libbpf's own (the version :func:`pylibbpf.libbpf_version` reports),
-    shipped in the package. Raises FileNotFoundError when the package was built
-    without them (a source tree where ``make build`` has not run yet).
+    ``bpf/bpf_core_read.h``, ``bpf/bpf_endian.h``, ``bpf/bpf_helper_defs.h`` and ``bpf/usdt.bpf.h``,
+    libbpf's own (the version :func:`pylibbpf.libbpf_version` reports), and
+    ``pylibbpf/bpf_tools.h``, the package's helpers for tools (see the
+    Building page), all shipped in the package. Raises FileNotFoundError when
+    the package was built without libbpf's (a source tree where ``make build``
+    has not run yet).
     """
     if not (_INCLUDE / "bpf" / "bpf_helpers.h").is_file():
         raise FileNotFoundError(f"libbpf's BPF headers are missing from {_INCLUDE / 'bpf'}: "
@@ -361,3 +367,106 @@ def compile_bytes(source_or_path: str | os.PathLike[str] | bytes, *, cflags: Seq
         data = out.read_bytes()
     _warn(stderr)
     return data, name
+
+
+# --- event layouts from C declarations --------------------------------------------------------
+
+_STRUCT_NAME = re.compile(r"\s*(?:struct\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*")
+# C's keywords: not a struct's name, and the compiler would report them confusingly.
+_C_KEYWORDS = frozenset(
+    "auto break case char const continue default do double else enum extern float for goto if inline int long "
+    "register restrict return short signed sizeof static struct switch typedef union unsigned void volatile "
+    "while _Alignas _Alignof _Atomic _Bool _Complex _Generic _Imaginary _Noreturn _Static_assert "
+    "_Thread_local".split())
+#: EventDefs already built, by the hash of everything that went into them (see event_def).
+_EVENT_DEFS: dict[str, EventDef] = {}
+_EVENT_DEFS_MAX = 256
+_event_defs_lock = threading.Lock()
+
+
+def _include_dirs(include_dirs: object) -> list[str]:
+    if isinstance(include_dirs, (str, bytes, os.PathLike)) or not isinstance(include_dirs, Sequence):
+        raise TypeError(f"include_dirs must be a sequence of directories (e.g. ['include']), got {include_dirs!r}")
+    return [str(Path(_check.path(d, "include_dirs item")).resolve()) for d in include_dirs]
+
+
+def event_def(header_text: str, struct: str, *, include_dirs: Sequence[str | os.PathLike[str]] = (),
+              cflags: Sequence[str] = ()) -> EventDef:
+    """``struct`` (``"struct event"`` or ``"event"``) of the C declarations ``header_text``, as an
+    EventDef laid out by clang for BPF: what :meth:`EventDef.from_c` calls.
+
+    ``header_text`` is compiled as a BPF program that includes ``vmlinux.h``
+    (when the kernel has BTF) and ``<pylibbpf/bpf_tools.h>`` first, so it can
+    use the kernel's types (``pid_t``, ``__u64``, ``bool``) as a tool's own
+    header does; its ``#include "x.h"`` lines are looked up in
+    ``include_dirs``, and ``cflags`` are passed to clang after them (``-D``
+    for the macros the header expects). The struct is kept in the compiled
+    object's BTF and read back with the code behind
+    :meth:`BPFObject.btf_struct`, so offsets, padding and the size are the
+    compiler's.
+
+    The result is cached in this process by a hash of ``header_text``,
+    ``struct``, ``include_dirs``, ``cflags`` and the kernel's BTF: a second
+    call with the same arguments runs no compiler (a header included from
+    ``include_dirs`` that changed since is not noticed). Blocks while clang
+    runs (a fraction of a second; the first call in a cache directory also
+    generates ``vmlinux.h``, about a second).
+
+    Raises FileNotFoundError when clang is not installed (naming the
+    package), ValueError with clang's diagnostics when the text does not
+    compile, KeyError when it compiles but does not define the struct,
+    ValueError for a struct an EventDef cannot hold (a bitfield, a float
+    member), TypeError/ValueError for bad arguments.
+    """
+    text = _check.string(header_text, "header_text")
+    match = _STRUCT_NAME.fullmatch(_check.string(struct, "struct"))
+    if match is None or match.group(1) in _C_KEYWORDS:
+        raise ValueError(f"struct must be a struct's name, 'struct NAME' or 'NAME', got {struct!r}")
+    name = match.group(1)
+    dirs, flags = _include_dirs(include_dirs), _cflags(cflags)
+    has_btf = VMLINUX_BTF.exists()
+    key = hashlib.sha256(repr((text, name, dirs, flags, btf_identity() if has_btf else None)).encode(
+        "utf-8", "surrogatepass")).hexdigest()
+    with _event_defs_lock:
+        cached = _EVENT_DEFS.get(key)
+    if cached is not None:
+        return cached
+    try:
+        find_clang()
+    except CompileError as exc:
+        raise FileNotFoundError(f"EventDef.from_c: {exc}") from None
+    # The header first, then the struct kept in BTF (an unused function taking a pointer to it:
+    # PLB_KEEP_STRUCT); `struct name;` before it declares the name at file scope when the header
+    # does not define it, which leaves a forward declaration in BTF instead of a compile error.
+    # The #line directives make clang's messages name the header text's own lines.
+    source = "".join([
+        '#include "vmlinux.h"\n' if has_btf else "",
+        "#include <pylibbpf/bpf_tools.h>\n",
+        '#line 1 "<header_text>"\n', text, "\n",
+        f'#line 1 "<from_c>"\nstruct {name};\nPLB_KEEP_STRUCT({name});\n',
+    ])
+    include_flags = [f"-I{d}" for d in dirs]
+    try:
+        data, _ = compile_bytes(source, cflags=[*include_flags, *flags])
+    except CompileError as exc:
+        # The first error on the first line (what a one-line report shows), every diagnostic after it.
+        first = next((line for line in exc.output.splitlines() if "error:" in line), "")
+        raise ValueError(f"EventDef.from_c: clang could not compile header_text: {first}\n"
+                         f"{exc.output.rstrip()}") from None
+    with tempfile.TemporaryDirectory(prefix="pylibbpf-from-c-") as tmp:
+        path = Path(tmp) / "struct.bpf.o"
+        path.write_bytes(data)
+        btf = _libbpf.btf__parse(str(path), "btf__parse(EventDef.from_c)")
+    if name not in struct_names(btf):
+        raise KeyError(f"EventDef.from_c: header_text does not define struct {name}")
+    result = struct_event_def(btf, name, "header_text")
+    with _event_defs_lock:
+        if len(_EVENT_DEFS) >= _EVENT_DEFS_MAX:
+            _EVENT_DEFS.pop(next(iter(_EVENT_DEFS)))  # the oldest: dicts keep insertion order
+        _EVENT_DEFS[key] = result
+    return result
+
+
+# EventDef.from_c is this module's event_def: events.py is above this module in the import order
+# (it cannot import the compiler code), so it calls what is set here when the package is imported.
+events.c_struct_compiler = event_def

@@ -70,6 +70,11 @@ __all__ = [
 MAX_EVENT_SIZE = _check.INT32_MAX
 
 
+#: What :meth:`EventDef.from_c` calls: ``pylibbpf.build.event_def``, set when pylibbpf.build is
+#: imported (it compiles with clang, and sits below this module in the import order).
+c_struct_compiler: Callable[..., EventDef] | None = None
+
+
 class _TypeInfo(NamedTuple):
     code: str  # struct format letter of one element
     size: int  # bytes per element (also its C alignment)
@@ -320,6 +325,17 @@ class EventDef:
                 )
             fields.append(EventField(*row))
         return cls(name, fields, size, "btf")
+
+    @classmethod
+    def from_c(cls, header_text: str, struct: str, *, include_dirs: Sequence[Any] = (),
+               cflags: Sequence[str] = ()) -> EventDef:
+        """``struct`` (``"struct event"``) of the C declarations ``header_text`` as clang lays it out
+        for BPF: :func:`pylibbpf.build.event_def`, which documents the compile, the cache and the
+        errors (FileNotFoundError without clang, ValueError for clang's errors, KeyError for a
+        struct the text does not define). Blocks while clang runs."""
+        if c_struct_compiler is None:  # only when pylibbpf.build failed to import
+            raise RuntimeError("EventDef.from_c needs pylibbpf.build, which is not imported")
+        return c_struct_compiler(header_text, struct, include_dirs=include_dirs, cflags=cflags)
 
     @classmethod
     def from_btf(cls, obj: Any, name: str) -> EventDef:

@@ -617,6 +617,24 @@ CASES: list[Case] = [
     Case("`OrderedReader(map, timestamp=2**64)`", lambda c: OrderedReader(c.ordered.maps["events"], timestamp=2**64),
          ValueError, r"^timestamp offset must be <= 4294967287 \(a u64 inside a record\), got 18446744073709551616$"),
 
+    # -- event layouts from C declarations (EventDef.from_c) -----------------------------------
+    Case("`EventDef.from_c('struct e { nosuch_t x; };', 'e')` (an unknown type)",
+         lambda c: EventDef.from_c("struct e { nosuch_t x; };", "e"),
+         ValueError, r"^EventDef.from_c: clang could not compile header_text: <header_text>:1:12: error: unknown "
+                     r"type name 'nosuch_t'$"),
+    Case("`EventDef.from_c('struct e { int x; };', 'struct f')` (not defined)",
+         lambda c: EventDef.from_c("struct e { int x; };", "struct f"),
+         KeyError, r"^EventDef.from_c: header_text does not define struct f$"),
+    Case("`EventDef.from_c('struct e { int x; };', 'union e')`",
+         lambda c: EventDef.from_c("struct e { int x; };", "union e"),
+         ValueError, r"^struct must be a struct's name, 'struct NAME' or 'NAME', got 'union e'$"),
+    Case("`EventDef.from_c(b'struct e { int x; };', 'e')` (bytes)",
+         lambda c: EventDef.from_c(b"struct e { int x; };", "e"),  # type: ignore[arg-type]
+         TypeError, r"^header_text must be"),
+    Case("`EventDef.from_c('struct e { int x : 3; };', 'e')` (a bitfield)",
+         lambda c: EventDef.from_c("struct e { int x : 3; };", "e"),
+         ValueError, r"^struct e: member 'x' is a bitfield \(3 bits\): not supported in an EventDef$"),
+
 ]
 
 

@@ -68,5 +68,6 @@ def test_a_missing_struct_says_why_and_how_to_keep_it(bpf_objects: dict[str, Pat
     assert message.startswith("no struct named 'unused_event' in the BTF of object 'layout'")
     assert "keeps only the types reached from a global variable, a map or a function signature" in message
     assert "struct unused_event *keep_unused_event __attribute__((unused));" in message
+    assert "PLB_KEEP_STRUCT(unused_event);" in message
     assert "__type(value, struct unused_event)" in message and "pylibbpf inspect" in message
     assert "known: " in message and "layout_event" in message

@@ -150,6 +150,7 @@ def test_wheel_is_manylinux_with_libelf_zlib_and_the_bundled_objects(wheel: Path
     for tool in BUNDLED:
         assert f"pylibbpf/bpf/{tool}.bpf.o" in names
     assert "pylibbpf/include/bpf/bpf_helpers.h" in names
+    assert "pylibbpf/include/pylibbpf/bpf_tools.h" in names
     libs = [n for n in names if n.startswith("pylibbpf_cffi.libs/")]
     assert any("/libelf" in n for n in libs) and any("/libz" in n for n in libs), libs
 
@@ -185,7 +186,7 @@ def test_sdist_holds_what_the_build_needs(sdist: Path) -> None:
     needed = {"build_ffi.py", "setup.py", "pyproject.toml", "MANIFEST.in", "tools/build_bpf.py", "tools/graft_zlib.py",
               "vendor/libbpf/PIN", "vendor/libbpf/build.sh", "vendor/libbpf/fetch.sh",
               f"vendor/libbpf/build/{LIBBPF_TARBALL}", "csrc/pylibbpf_shim.h", "csrc/bpf/tools.h",
-              "pylibbpf/include/bpf/bpf_helpers.h", "pylibbpf/py.typed"}
+              "pylibbpf/include/bpf/bpf_helpers.h", "pylibbpf/include/pylibbpf/bpf_tools.h", "pylibbpf/py.typed"}
     needed |= {f"cdef/{p.name}" for p in (ROOT / "cdef").glob("*.h")}
     needed |= {f"csrc/{p.name}" for p in (ROOT / "csrc").glob("*.[ch]")}
     needed |= {f"csrc/bpf/{t}.bpf.c" for t in BUNDLED} | {f"pylibbpf/bpf/{t}.bpf.o" for t in BUNDLED}

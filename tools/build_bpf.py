@@ -4,7 +4,8 @@ Usage: python tools/build_bpf.py SRC_DIR OUT_DIR [VMLINUX_DIR]
 
 vmlinux.h is generated once per OUT_DIR (or VMLINUX_DIR) from the running kernel's BTF
 (/sys/kernel/btf/vmlinux) with bpftool; libbpf's BPF-side headers
-(bpf_helpers.h, bpf_core_read.h, ...) come from the pinned libbpf build.
+(bpf_helpers.h, bpf_core_read.h, ...) come from the pinned libbpf build, <pylibbpf/bpf_tools.h>
+from the package.
 An object is rebuilt only when its source (or a header beside it) is newer.
 Used by the test setup (tests/bpf) and the package build (csrc/bpf).
 """
@@ -19,6 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBBPF_INCLUDE = ROOT / "vendor" / "libbpf" / "build" / "install" / "include"
+#: pylibbpf's own BPF-side headers (<pylibbpf/bpf_tools.h>), shipped in include_dir() as they are.
+PACKAGE_INCLUDE = ROOT / "pylibbpf" / "include"
 VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
 _ARCH = {"x86_64": "x86", "aarch64": "arm64", "s390x": "s390", "ppc64le": "powerpc"}
 
@@ -77,7 +80,7 @@ def build(src_dir: Path, out_dir: Path, vmlinux_dir: Path | None = None, force: 
     header_dir = out_dir if vmlinux_dir is None else vmlinux_dir
     header_dir.mkdir(parents=True, exist_ok=True)
     vmlinux_h(header_dir)
-    headers = list(src_dir.glob("*.h"))
+    headers = list(src_dir.glob("*.h")) + list((PACKAGE_INCLUDE / "pylibbpf").glob("*.h"))
     arch = _ARCH.get(platform.machine(), platform.machine())
     # libbpf's usdt.bpf.h includes <asm/errno.h>, which Debian keeps under the multiarch directory;
     # -idirafter lets vmlinux.h and libbpf's headers win over anything found there.
@@ -90,7 +93,8 @@ def build(src_dir: Path, out_dir: Path, vmlinux_dir: Path | None = None, force: 
         if force or not obj.exists() or obj.stat().st_mtime < newest:
             subprocess.run([clang(), "-g", "-O2", "-target", "bpf", f"-D__TARGET_ARCH_{arch}",
                             "-Wall", "-Werror", "-Wno-unused-function",
-                            f"-I{header_dir}", f"-I{src_dir}", f"-I{LIBBPF_INCLUDE}", *system,
+                            f"-I{header_dir}", f"-I{src_dir}", f"-I{LIBBPF_INCLUDE}",
+                            f"-I{PACKAGE_INCLUDE}", *system,
                             "-c", str(src), "-o", str(obj)], check=True)
         objects.append(obj)
     return objects

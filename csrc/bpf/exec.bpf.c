@@ -13,13 +13,8 @@ struct exec_event {
 	char filename[TOOL_PATH_LEN];	/* the path given to execve() */
 };
 
-/* A function of its own so that struct exec_event is in the object's BTF, where
- * the command reads the layout (clang records parameter types, not locals'). */
-static __noinline int submit_exec(void *ctx, struct exec_event *e)
-{
-	tool_emit(ctx, e, sizeof(*e));
-	return 0;
-}
+/* The command reads the layout from the object's BTF. */
+PLB_KEEP_STRUCT(exec_event);
 
 SEC("tp/sched/sched_process_exec")
 int handle_exec(struct trace_event_raw_sched_process_exec *ctx)
@@ -39,7 +34,7 @@ int handle_exec(struct trace_event_raw_sched_process_exec *ctx)
 	/* __data_loc: the low 16 bits are the string's offset in the record */
 	loc = BPF_CORE_READ(ctx, __data_loc_filename) & 0xffff;
 	bpf_probe_read_kernel_str(e.filename, sizeof(e.filename), (void *)ctx + loc);
-	submit_exec(ctx, &e);
+	tool_emit(ctx, &e, sizeof(e));
 	return 0;
 }
 

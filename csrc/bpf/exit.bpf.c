@@ -15,13 +15,8 @@ struct exit_event {
 	char comm[TASK_COMM_LEN];
 };
 
-/* A function of its own so that struct exit_event is in the object's BTF, where
- * the command reads the layout (clang records parameter types, not locals'). */
-static __noinline int submit_exit(void *ctx, struct exit_event *e)
-{
-	tool_emit(ctx, e, sizeof(*e));
-	return 0;
-}
+/* The command reads the layout from the object's BTF. */
+PLB_KEEP_STRUCT(exit_event);
 
 SEC("tp/sched/sched_process_exit")
 int handle_exit(void *ctx)
@@ -45,7 +40,7 @@ int handle_exit(void *ctx)
 	e.exit_code = (code >> 8) & 0xff;
 	e.signal = code & 0x7f;
 	bpf_get_current_comm(e.comm, sizeof(e.comm));
-	submit_exit(ctx, &e);
+	tool_emit(ctx, &e, sizeof(e));
 	return 0;
 }
 

@@ -27,13 +27,8 @@ struct {
 	__type(value, struct open_args);
 } open_start SEC(".maps");
 
-/* A function of its own so that struct open_event is in the object's BTF, where
- * the command reads the layout (clang records parameter types, not locals'). */
-static __noinline int submit_open(void *ctx, struct open_event *e)
-{
-	tool_emit(ctx, e, sizeof(*e));
-	return 0;
-}
+/* The command reads the layout from the object's BTF. */
+PLB_KEEP_STRUCT(open_event);
 
 SEC("tp/syscalls/sys_enter_openat")
 int handle_openat_enter(struct trace_event_raw_sys_enter *ctx)
@@ -67,7 +62,7 @@ int handle_openat_exit(struct trace_event_raw_sys_exit *ctx)
 	bpf_get_current_comm(e.comm, sizeof(e.comm));
 	bpf_probe_read_user_str(e.path, sizeof(e.path), args->path);
 	bpf_map_delete_elem(&open_start, &pid_tgid);
-	submit_open(ctx, &e);
+	tool_emit(ctx, &e, sizeof(e));
 	return 0;
 }
 

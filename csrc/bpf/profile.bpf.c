@@ -11,8 +11,9 @@
  * frames as missed. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include <pylibbpf/bpf_tools.h>
 
-#define TASK_COMM_LEN 16
+#define TASK_COMM_LEN PLB_COMM_LEN
 /* PERF_MAX_STACK_DEPTH: the deepest stack bpf_get_stackid records. */
 #define MAX_STACK_DEPTH 127
 
@@ -54,7 +55,7 @@ int on_sample(struct bpf_perf_event_data *ctx)
 
 	if (!tid && !include_idle)
 		return 0;
-	if (target_tgid && tgid != target_tgid)
+	if (!plb_pid_wanted(id, target_tgid, 0))
 		return 0;
 	key.pid = tgid;
 	key.kernel_stack = kernel_stacks ? bpf_get_stackid(ctx, &stacks, 0) : -1;

@@ -16,8 +16,9 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <pylibbpf/bpf_tools.h>
 
-#define TASK_COMM_LEN 16
+#define TASK_COMM_LEN PLB_COMM_LEN
 #define TASK_RUNNING 0
 
 /* Written by the command before load (the only .rodata variable). */
@@ -59,20 +60,6 @@ struct {
 	__type(value, char[TASK_COMM_LEN]);
 } comms SEC(".maps");
 
-/* floor(log2(v)), 0 for v = 0: the slot layout pylibbpf.Histogram.log2 reads. */
-static __always_inline __u32 log2_slot(__u64 v)
-{
-	__u32 r = 0;
-
-	if (v >> 32) { v >>= 32; r += 32; }
-	if (v >> 16) { v >>= 16; r += 16; }
-	if (v >> 8) { v >>= 8; r += 8; }
-	if (v >> 4) { v >>= 4; r += 4; }
-	if (v >> 2) { v >>= 2; r += 2; }
-	if (v >> 1) r += 1;
-	return r;
-}
-
 /* Before 5.14 the field was `long state`. */
 struct task_struct___pre514 {
 	long state;
@@ -93,7 +80,7 @@ static __always_inline void enqueue(struct task_struct *p)
 
 	if (!tid)
 		return;	/* the idle task */
-	if (cfg.target_tgid && tgid != cfg.target_tgid)
+	if (!plb_pid_wanted((__u64)tgid << 32, cfg.target_tgid, 0))
 		return;
 	now = bpf_ktime_get_ns();
 	bpf_map_update_elem(&start, &tid, &now, BPF_ANY);
@@ -111,7 +98,7 @@ static __always_inline void count(struct task_struct *next)
 	delta = bpf_ktime_get_ns() - *tsp;
 	bpf_map_delete_elem(&start, &tid);
 	delta /= cfg.milliseconds ? 1000000 : 1000;
-	key.slot = log2_slot(delta);
+	key.slot = plb_log2l(delta);	/* the slot pylibbpf.Histogram.log2 reads */
 	if (cfg.per_process) {
 		key.pid = BPF_CORE_READ(next, tgid);
 		if (!bpf_map_lookup_elem(&comms, &key.pid)) {

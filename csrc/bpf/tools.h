@@ -13,8 +13,9 @@
 #include "vmlinux.h"
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
+#include <pylibbpf/bpf_tools.h>
 
-#define TASK_COMM_LEN 16
+#define TASK_COMM_LEN PLB_COMM_LEN
 #define TOOL_PATH_LEN 256
 
 struct tool_config {
@@ -43,22 +44,9 @@ struct {
 /* True when the current task passes the --pid / --comm filters. */
 static __always_inline bool tool_wanted(__u32 tgid)
 {
-	char comm[TASK_COMM_LEN];
-
 	if (cfg.exclude_tgid && tgid == cfg.exclude_tgid)
 		return false;
-	if (cfg.target_tgid && tgid != cfg.target_tgid)
-		return false;
-	if (!cfg.target_comm[0])
-		return true;
-	bpf_get_current_comm(comm, sizeof(comm));
-	for (int i = 0; i < TASK_COMM_LEN; i++) {
-		if (comm[i] != cfg.target_comm[i])
-			return false;
-		if (!comm[i])
-			break;
-	}
-	return true;
+	return plb_pid_wanted((__u64)tgid << 32, cfg.target_tgid, 0) && plb_comm_wanted(cfg.target_comm);
 }
 
 /* Events the ring buffer refused because it was full, one counter per CPU
