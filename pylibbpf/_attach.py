@@ -424,7 +424,8 @@ class Attaching:
                             cookies: Sequence[int] | None = None, retprobe: bool = False) -> Link:
         """Attach this ``SEC("kprobe.multi")`` program to many kernel functions through one link.
 
-        Give ``pattern`` (a glob over the kernel's function names) or
+        Give ``pattern`` (a glob over the kernel's function names: ``*`` and
+        ``?``) or
         ``symbols`` (names); ``cookies``: one per symbol, what
         ``bpf_get_attach_cookie(ctx)`` returns when that function runs.
         ValueError naming the parameter for a bad combination; BPFError
@@ -444,7 +445,8 @@ class Attaching:
                             pid: int = -1, cookies: Sequence[int] | None = None, retprobe: bool = False) -> Link:
         """Attach this ``SEC("uprobe.multi")`` program to many functions of ``binary`` through one link.
 
-        Give one of ``pattern`` (a glob over the ELF's function symbols),
+        Give one of ``pattern`` (a glob over the ELF's function symbols:
+        ``*`` and ``?``),
         ``symbols`` (names) or ``offsets`` (file offsets). ``cookies``: one per
         symbol or offset, what ``bpf_get_attach_cookie(ctx)`` returns when that
         one fires. ``binary`` and ``pid`` as :meth:`attach_uprobe`. ValueError
