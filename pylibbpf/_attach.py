@@ -449,11 +449,16 @@ class Attaching:
         ``*`` and ``?``),
         ``symbols`` (names) or ``offsets`` (file offsets). ``cookies``: one per
         symbol or offset, what ``bpf_get_attach_cookie(ctx)`` returns when that
-        one fires. ``binary`` and ``pid`` as :meth:`attach_uprobe`. ValueError
+        one fires. ``binary`` and ``pid`` as :meth:`attach_uprobe`. libbpf
+        looks ``symbols`` up by exact name, which misses a stripped library's
+        versioned symbols (libc's ``getpid@@GLIBC_2.2.5``): a pattern without
+        wildcards finds those. ValueError
         naming the parameter for a bad combination; BPFError (ENOENT) naming a
         binary or symbol that was not found (a pattern that matches nothing).
         """
         path = resolve_binary(_check.path(binary, "binary"), "attach_uprobe_multi")
+        # libbpf looks a bare name up only for a pattern: the symbols' and offsets' forms need a path.
+        path = path if "/" in path else _full_path(path) or path
         _, symbols, offsets, cookies = _multi_targets(pattern, symbols, offsets, cookies, "attach_uprobe_multi")
         pid = _check.integer(pid, "pid", lo=-1, hi=_check.INT32_MAX)
         count = len(symbols or offsets or ())
@@ -466,7 +471,8 @@ class Attaching:
             if e.errno == errno.ENOENT and not _binary_found(path):
                 raise BPFError(e.errno, f"binary {path!r} not found", what) from None
             if e.errno == errno.ENOENT:
-                raise BPFError(e.errno, f"no function {pattern or symbols!r} in {path}{_said(e)}", what) from None
+                hint = "" if pattern else " (libbpf finds a library's versioned symbols by pattern only)"
+                raise BPFError(e.errno, f"no function {pattern or symbols!r} in {path}{hint}", what) from None
             raise
         return self._new_link(link)
 
@@ -789,11 +795,17 @@ def _binary_found(binary: str) -> bool:
     """Whether libbpf can find ``binary``: a path that exists, a program in PATH, or a library."""
     if "/" in binary:
         return os.path.exists(binary)
-    if shutil.which(binary) is not None:
-        return True
+    return _full_path(binary) is not None
+
+
+def _full_path(binary: str) -> str | None:
+    """Where a bare name is, as libbpf looks: a program in PATH, else a library in its directories."""
+    found = shutil.which(binary)
+    if found is not None:
+        return found
     dirs = [*os.environ.get("LD_LIBRARY_PATH", "").split(":"), "/usr/lib64", "/usr/lib", "/lib64", "/lib",
             "/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu"]
-    return any(d and os.path.exists(os.path.join(d, binary)) for d in dirs)
+    return next((os.path.join(d, binary) for d in dirs if d and os.path.exists(os.path.join(d, binary))), None)
 
 
 def resolve_binary(binary: str, who: str) -> str:
