@@ -264,6 +264,8 @@ def test_tc_filter_counts_and_goes_with_its_qdisc(obj: BPFObject, veth: tuple[st
         link.fd  # noqa: B018
     assert info.value.errno == errno.EOPNOTSUPP
     link.destroy()  # from outside the namespace: removed there all the same
+    link.destroy()  # idempotent
+    assert link.destroyed
     assert "tc_count" not in tc(ns, "filter", "show", "dev", dev, "egress")
     assert "clsact" not in tc(ns, "qdisc", "show", "dev", dev)  # added by the attach: removed with it
 
@@ -282,6 +284,17 @@ def test_tc_leaves_a_qdisc_that_was_there(obj: BPFObject, veth: tuple[str, str, 
     second.destroy()
     assert "tc_count" not in tc(ns, "filter", "show", "dev", dev, "ingress")
     assert "clsact" in tc(ns, "qdisc", "show", "dev", dev)
+
+
+def test_tc_filter_goes_when_its_object_closes(bpf_objects: dict[str, Path], veth: tuple[str, str, str]) -> None:
+    ns, dev, _ = veth
+    with BPFObject.open(bpf_objects["peers"]) as o:
+        o.load()
+        with in_netns(ns):
+            o.programs["tc_count"].attach_tc(dev)  # the Link is dropped: the object keeps it
+        assert "tc_count" in tc(ns, "filter", "show", "dev", dev, "ingress")
+    assert "tc_count" not in tc(ns, "filter", "show", "dev", dev, "ingress")
+    assert "clsact" not in tc(ns, "qdisc", "show", "dev", dev)
 
 
 def test_tc_bad_interface_and_direction(obj: BPFObject) -> None:
