@@ -139,6 +139,7 @@ def make_builder(relative_sources: bool = True) -> FFI:
         "pylibbpf._pylibbpf_cffi",
         f"""
         #include <errno.h>
+        #include <sched.h>
         #include <bpf/libbpf.h>
         #include <bpf/bpf.h>
         #include <bpf/btf.h>

@@ -604,7 +604,7 @@ def btf_var_secinfos(t: CData) -> CData:
 
 # --- programs and links: load knobs, attach family, pinning, iterators, stats (program.py) ------
 
-def _attached(call: Any, what: str, *args: Any) -> CData:
+def attached(call: Any, what: str, *args: Any) -> CData:
     """Call an attach function; on NULL, BPFError with libbpf's own last complaint appended.
 
     libbpf logs why an attach failed (which symbol, which file, which
@@ -637,57 +637,27 @@ def bpf_program__expected_attach_type(prog: CData) -> int:
     return int(lib.bpf_program__expected_attach_type(prog))
 
 
-def bpf_program__attach_tracepoint(prog: CData, category: str, name: str, what: str) -> CData:
-    return _attached(lib.bpf_program__attach_tracepoint, what, prog, cstr(category), cstr(name))
-
-
-def bpf_program__attach_raw_tracepoint(prog: CData, name: str, what: str) -> CData:
-    return _attached(lib.bpf_program__attach_raw_tracepoint, what, prog, cstr(name))
-
-
-def bpf_program__attach_kprobe_opts(prog: CData, func: str, retprobe: bool, offset: int, what: str) -> CData:
-    opts = ffi.new("struct bpf_kprobe_opts *")
-    opts.sz = ffi.sizeof("struct bpf_kprobe_opts")
-    opts.retprobe = retprobe
-    opts.offset = offset
-    return _attached(lib.bpf_program__attach_kprobe_opts, what, prog, cstr(func), opts)
-
-
-def bpf_program__attach_uprobe_opts(prog: CData, pid: int, binary: str, offset: int, symbol: str | None,
-                                    retprobe: bool, what: str) -> CData:
-    opts = ffi.new("struct bpf_uprobe_opts *")
-    opts.sz = ffi.sizeof("struct bpf_uprobe_opts")
-    opts.retprobe = retprobe
-    csym = cstr(symbol)  # kept alive for the call
-    opts.func_name = csym
-    return _attached(lib.bpf_program__attach_uprobe_opts, what, prog, pid, cstr(binary), offset, opts)
-
-
 def bpf_program__attach_usdt(prog: CData, pid: int, binary: str, provider: str, name: str, cookie: int,
                              what: str) -> CData:
     opts = ffi.new("struct bpf_usdt_opts *")
     opts.sz = ffi.sizeof("struct bpf_usdt_opts")
     opts.usdt_cookie = cookie
-    return _attached(lib.bpf_program__attach_usdt, what, prog, pid, cstr(binary), cstr(provider), cstr(name),
-                     opts)
-
-
-def bpf_program__attach_perf_event(prog: CData, pfd: int, what: str) -> CData:
-    return _attached(lib.bpf_program__attach_perf_event, what, prog, pfd)
+    return attached(lib.bpf_program__attach_usdt, what, prog, pid, cstr(binary), cstr(provider), cstr(name),
+                    opts)
 
 
 def bpf_program__attach_xdp(prog: CData, ifindex: int, what: str) -> CData:
-    return _attached(lib.bpf_program__attach_xdp, what, prog, ifindex)
+    return attached(lib.bpf_program__attach_xdp, what, prog, ifindex)
 
 
 def bpf_program__attach_tcx(prog: CData, ifindex: int, what: str) -> CData:
     opts = ffi.new("struct bpf_tcx_opts *")
     opts.sz = ffi.sizeof("struct bpf_tcx_opts")
-    return _attached(lib.bpf_program__attach_tcx, what, prog, ifindex, opts)
+    return attached(lib.bpf_program__attach_tcx, what, prog, ifindex, opts)
 
 
 def bpf_program__attach_cgroup(prog: CData, cgroup_fd: int, what: str) -> CData:
-    return _attached(lib.bpf_program__attach_cgroup, what, prog, cgroup_fd)
+    return attached(lib.bpf_program__attach_cgroup, what, prog, cgroup_fd)
 
 
 def bpf_program__attach_iter(prog: CData, map_fd: int | None, what: str) -> CData:
@@ -698,7 +668,7 @@ def bpf_program__attach_iter(prog: CData, map_fd: int | None, what: str) -> CDat
         lib.plb_iter_info_set_map_fd(info, map_fd)
         opts.link_info = info
         opts.link_info_len = ffi.sizeof("union bpf_iter_link_info")
-    return _attached(lib.bpf_program__attach_iter, what, prog, opts)
+    return attached(lib.bpf_program__attach_iter, what, prog, opts)
 
 
 def bpf_program__pin(prog: CData, path: str, what: str) -> None:
@@ -722,7 +692,7 @@ def bpf_link_update(link_fd: int, prog_fd: int, what: str) -> None:
 
 
 def bpf_link__open(path: str, what: str) -> CData:
-    return _attached(lib.bpf_link__open, what, cstr(path))
+    return attached(lib.bpf_link__open, what, cstr(path))
 
 
 def bpf_link__pin(link: CData, path: str, what: str) -> None:
@@ -874,7 +844,7 @@ def libbpf_probe_bpf_helper(prog_type: int, helper_id: int, what: str) -> bool:
 # --- user ring buffer (ringbuf.py: UserRingBuffer) -------------------------------------------------
 
 def user_ring_buffer__new(map_fd: int, what: str) -> CData:
-    return _attached(lib.user_ring_buffer__new, what, map_fd, ffi.NULL)
+    return attached(lib.user_ring_buffer__new, what, map_fd, ffi.NULL)
 
 
 def user_ring_buffer__reserve(rb: CData, size: int) -> tuple[CData, int]:

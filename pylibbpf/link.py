@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from . import _check, _close, _libbpf
@@ -45,16 +46,22 @@ class Holder(Protocol):
     def release(self) -> None: ...
 
 
-def _destroy_link(ptr: CData, fd: int | None, pid: int, holds: list[Holder]) -> None:
+def _destroy_link(ptr: CData, fd: int | None, pid: int, holds: list[Holder],
+                  detach: Callable[[], None] | None = None) -> None:
     """Detach and free a link, then release what it held (the finalizer's and destroy()'s work).
 
     In a process forked after the link was made, nothing is detached: the
     attachment is the parent's too (a perf event the detach would disable, a
     USDT spec in a map the parent uses), so the link is disconnected (freed
-    without its detach) and only the child's copy of its fd is closed.
+    without its detach) and only the child's copy of its fd is closed. A
+    link without a kernel link (``detach``: legacy tc, ``bpf_prog_attach``)
+    is detached in the process that made it only.
     """
     try:
-        if ptr is not None:
+        if detach is not None:
+            if _close.current_pid() == pid:
+                detach()
+        elif ptr is not None:
             if _close.current_pid() != pid:  # cached: no getpid() call
                 child_fd = _libbpf.bpf_link__fd(ptr)
                 _libbpf.bpf_link__disconnect(ptr)
@@ -77,7 +84,11 @@ class Link:
     Most links are libbpf's ``struct bpf_link`` (:attr:`c_ptr`); links made
     with a kernel link fd directly (``attach_xdp(mode=...)``, ``attach_tcx``
     in the direction the SEC() did not name) have ``c_ptr`` NULL and the same
-    methods. A link made by an object's program is kept by the object until
+    methods. Attachments the kernel keeps without a link (legacy tc
+    filters, programs attached to a sockmap with ``bpf_prog_attach``) are
+    Links without an fd: ``destroy()`` detaches them the same way, and
+    ``fd``, ``pin()`` and ``update_program()`` raise BPFError (EOPNOTSUPP).
+    A link made by an object's program is kept by the object until
     ``obj.close()`` (dropping it does not detach); one that outlives its
     object works until destroyed. A link nothing keeps (reopened with
     :meth:`open_pinned`) is destroyed by its finalizer when dropped.
@@ -89,17 +100,20 @@ class Link:
         """Not called directly: a link comes from an ``attach*`` call or :meth:`open_pinned`."""
         raise TypeError("Link objects come from Program.attach*() or Link.open_pinned(path)")
 
-    def _setup(self, ptr: CData, name: str, fd: int | None, iterator: bool) -> None:
-        if (ptr is None) == (fd is None):
-            raise TypeError("a Link wraps either a struct bpf_link * or a link fd")
+    def _setup(self, ptr: CData, name: str, fd: int | None, iterator: bool,
+               detach: Callable[[], None] | None = None) -> None:
+        if sum(x is not None for x in (ptr, fd, detach)) != 1:
+            raise TypeError("a Link wraps a struct bpf_link *, a link fd or a detach call")
         self._ptr = ptr
         self._fd = fd
+        self._detach = detach
         self._pin_path: str | None = None
         self._iterator = iterator
         self._holds: list[Holder] = []
         self.name = name
         # The safety net: destroys a forgotten link (and so detaches it); destroy() disarms it.
-        self._finalizer = _close.finalizer(self, _destroy_link, ptr, fd, _close.current_pid(), self._holds)
+        self._finalizer = _close.finalizer(self, _destroy_link, ptr, fd, _close.current_pid(), self._holds,
+                                           detach)
 
     def hold(self, memory: Holder) -> None:
         """Keep ``memory`` (its object's) until this link is destroyed, then ``memory.release()``."""
@@ -124,8 +138,13 @@ class Link:
         return link
 
     def _live(self) -> None:
-        if self._ptr is None and self._fd is None:
+        if self.destroyed:
             raise ClosedError(f"link of {self.name!r}")
+
+    def _no_fd(self, what: str) -> None:
+        if self._detach is not None:
+            raise BPFError(errno.EOPNOTSUPP, f"link of {self.name!r} has no kernel link fd (the "
+                           "kernel keeps this attachment without one)", what)
 
     @property
     def c_ptr(self) -> CData:
@@ -135,7 +154,9 @@ class Link:
 
     @property
     def fd(self) -> int:
+        """The kernel link's fd; BPFError (EOPNOTSUPP) for an attachment without one."""
         self._live()
+        self._no_fd(f"fd({self.name})")
         if self._ptr is not None:
             return _libbpf.bpf_link__fd(self._ptr)
         assert self._fd is not None
@@ -158,6 +179,7 @@ class Link:
         """
         p = _check.path(path, "path")
         self._live()
+        self._no_fd(f"pin({self.name}, {p})")
         if self._pin_path is not None:
             raise BPFError(errno.EBUSY, f"link of {self.name!r} is already pinned at {self._pin_path}: "
                            "unpin() it first", f"pin({self.name}, {p})")
@@ -196,6 +218,7 @@ class Link:
             raise TypeError(f"update_program needs a Program, not {type(prog).__name__}")
         self._live()
         what = f"bpf_link__update_program({self.name} -> {prog.name})"
+        self._no_fd(what)
         fd = prog.fd
         if fd < 0:
             raise BPFError(errno.EINVAL, f"program {prog.name!r} is not loaded", what)
@@ -234,15 +257,15 @@ class Link:
         In a forked child it frees the child's copy only (the parent's
         attachment stays).
         """
-        if self._ptr is not None or self._fd is not None:
-            self._ptr = self._fd = None
+        if not self.destroyed:
+            self._ptr = self._fd = self._detach = None
             self._finalizer()
 
     close = destroy
 
     @property
     def destroyed(self) -> bool:
-        return self._ptr is None and self._fd is None
+        return self._ptr is None and self._fd is None and self._detach is None
 
     def __enter__(self) -> Link:
         return self
@@ -254,8 +277,11 @@ class Link:
         return f"<Link {self.name!r}{' destroyed' if self.destroyed else ''}>"
 
 
-def new_link(ptr: CData, name: str, *, fd: int | None = None, iterator: bool = False) -> Link:
-    """The Link for what an attach call made: a ``struct bpf_link *`` or a kernel link ``fd``."""
+def new_link(ptr: CData, name: str, *, fd: int | None = None, iterator: bool = False,
+             detach: Callable[[], None] | None = None) -> Link:
+    """The Link for what an attach call made: a ``struct bpf_link *``, a kernel link ``fd``, or
+    ``detach``, the call that undoes an attachment the kernel keeps without a link (run once, in
+    the process that made it; it must not refer to the Link)."""
     link = Link.__new__(Link)
-    link._setup(ptr, name, fd, iterator)
+    link._setup(ptr, name, fd, iterator, detach)
     return link

@@ -16,12 +16,12 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from . import _check, _close, _libbpf, build
+from . import _check, _close, _libbpf, _libbpf_attach, build
 from ._ffi import ffi, lib
 from .btf import struct_event_def, struct_names
 from .errors import BPFError, ClosedError
 from .globals import global_sections, new_globals
-from .link import Link
+from .link import Link, new_link
 from .maps import Map, new_map
 from .program import Program, new_program
 
@@ -146,6 +146,11 @@ class BPFObject:
         self.maps: NamedTable[Map] = NamedTable("map", name, {m.name: m for m in maps}, global_sections(maps, btf))
         #: The global variables by name (see :class:`~pylibbpf.globals.Globals`).
         self.globals = new_globals(self, maps, btf)
+        #: The struct_ops maps by name (``SEC(".struct_ops.link")`` variables), each registered with
+        #: :meth:`StructOps.attach`.
+        self.struct_ops: NamedTable[StructOps] = NamedTable(
+            "struct_ops map", name, {m.name: new_struct_ops(m, self) for m in maps
+                                     if m.type == lib.BPF_MAP_TYPE_STRUCT_OPS})
 
     @classmethod
     def open(cls, path_or_bytes: str | os.PathLike[str] | bytes | bytearray | memoryview, *,
@@ -349,6 +354,58 @@ class BPFObject:
         state = ("closed" if self._ptr is None else "loaded" if self._loaded
                  else "load failed" if self._load_failed else "open")
         return f"<BPFObject {self._name!r} {state}>"
+
+
+class StructOps:
+    """A struct_ops map of an object: a kernel ops table (a TCP congestion control, a scheduler)
+    whose functions are the object's ``SEC("struct_ops/...")`` programs.
+
+    Valid while its object is open (ClosedError after). ``attach()``
+    registers it with the kernel once the object is loaded.
+    """
+
+    def __init__(self) -> None:
+        """Not called directly: struct_ops maps come from ``obj.struct_ops[name]``."""
+        raise TypeError("StructOps objects come from obj.struct_ops[name]")
+
+    def _setup(self, map: Map, keeper: BPFObject) -> None:
+        self._map = map
+        self._keeper = keeper
+        self.name = map.name
+
+    @property
+    def map(self) -> Map:
+        """The struct_ops map itself (its value is the ops table the kernel registers)."""
+        return self._map
+
+    def attach(self) -> Link:
+        """Register the ops table with the kernel (``bpf_map__attach_struct_ops``); the Link unregisters it.
+
+        A variable in ``SEC(".struct_ops.link")`` gives a kernel link (pinnable,
+        detached when destroyed); one in ``SEC(".struct_ops")`` stays
+        registered until its map is freed. Kept by the object until
+        ``obj.close()``, as every link of its programs. BPFError (EINVAL) before
+        load; (EEXIST) when the kernel has an ops table of that name already
+        (a TCP congestion control's ``.name``).
+        """
+        what = f"bpf_map__attach_struct_ops({self.name})"
+        ptr = self._map.c_ptr
+        if self._map.fd < 0:
+            raise BPFError(errno.EINVAL, f"struct_ops map {self.name!r} is not created: call BPFObject.load() "
+                           "first", what)
+        link = new_link(_libbpf_attach.bpf_map__attach_struct_ops(ptr, what), self.name)
+        self._keeper.keep_link(link)
+        return link
+
+    def __repr__(self) -> str:
+        return f"<StructOps {self.name!r}>"
+
+
+def new_struct_ops(map: Map, keeper: BPFObject) -> StructOps:
+    """The StructOps of a struct_ops map of ``keeper``, which keeps the links it makes."""
+    ops = StructOps.__new__(StructOps)
+    ops._setup(map, keeper)
+    return ops
 
 
 def _not_auto_attachable(prog: Program) -> str | None:

@@ -21,16 +21,16 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
-import shutil
-import socket
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
-from . import _check, _close, _libbpf, _shim, features
+from . import _check, _close, _libbpf
+from ._attach import DEFAULT_FREQUENCY as DEFAULT_FREQUENCY  # reachable as pylibbpf.program.*
+from ._attach import PERF_EVENTS as PERF_EVENTS
+from ._attach import Attaching, LinkKeeper
 from ._ffi import ffi, lib
 from .errors import BPFError, ClosedError
 from .link import Link as Link  # also reachable as pylibbpf.program.Link
-from .link import new_link
 
 CData = Any
 
@@ -40,21 +40,6 @@ CData = Any
 _CTX_OUT_TYPES = frozenset(getattr(lib, f"BPF_PROG_TYPE_{name}") for name in (
     "SOCKET_FILTER", "SCHED_CLS", "SCHED_ACT", "CGROUP_SKB", "LWT_IN", "LWT_OUT", "LWT_XMIT",
     "LWT_SEG6LOCAL", "XDP", "FLOW_DISSECTOR", "SK_LOOKUP"))
-
-
-class LinkKeeper(Protocol):
-    """What keeps the links a program makes: its object (see :meth:`~pylibbpf.BPFObject.keep_link`)."""
-
-    def keep_link(self, link: Link) -> None: ...
-
-
-class HasFd(Protocol):
-    """What ``attach_iter(map=)`` needs of a map: its fd and its name."""
-
-    @property
-    def fd(self) -> int: ...
-
-    name: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,72 +104,25 @@ class enable_stats:  # a class used as a function: ``with pylibbpf.enable_stats(
         self.close()
 
 
-#: The perf events :meth:`Program.attach_perf_event` knows by name: name -> (kind, lib constant names).
-#: Software events are counted by the kernel itself and exist everywhere; hardware events need
-#: the CPU's PMU, which most virtual machines do not expose.
-PERF_EVENTS: dict[str, tuple[str, str]] = {
-    "cpu-clock": ("PERF_TYPE_SOFTWARE", "PERF_COUNT_SW_CPU_CLOCK"),
-    "task-clock": ("PERF_TYPE_SOFTWARE", "PERF_COUNT_SW_TASK_CLOCK"),
-    "page-faults": ("PERF_TYPE_SOFTWARE", "PERF_COUNT_SW_PAGE_FAULTS"),
-    "minor-faults": ("PERF_TYPE_SOFTWARE", "PERF_COUNT_SW_PAGE_FAULTS_MIN"),
-    "major-faults": ("PERF_TYPE_SOFTWARE", "PERF_COUNT_SW_PAGE_FAULTS_MAJ"),
-    "context-switches": ("PERF_TYPE_SOFTWARE", "PERF_COUNT_SW_CONTEXT_SWITCHES"),
-    "cpu-migrations": ("PERF_TYPE_SOFTWARE", "PERF_COUNT_SW_CPU_MIGRATIONS"),
-    "cycles": ("PERF_TYPE_HARDWARE", "PERF_COUNT_HW_CPU_CYCLES"),
-    "instructions": ("PERF_TYPE_HARDWARE", "PERF_COUNT_HW_INSTRUCTIONS"),
-    "cache-references": ("PERF_TYPE_HARDWARE", "PERF_COUNT_HW_CACHE_REFERENCES"),
-    "cache-misses": ("PERF_TYPE_HARDWARE", "PERF_COUNT_HW_CACHE_MISSES"),
-    "branch-instructions": ("PERF_TYPE_HARDWARE", "PERF_COUNT_HW_BRANCH_INSTRUCTIONS"),
-    "branch-misses": ("PERF_TYPE_HARDWARE", "PERF_COUNT_HW_BRANCH_MISSES"),
-}
-
-#: Samples a second when attach_perf_event gets neither frequency nor period (as bcc's profile).
-DEFAULT_FREQUENCY = 49
-
-
-def perf_event_type(event: str | tuple[int, int]) -> tuple[int, int]:
-    """(perf type, config) of a name of :data:`PERF_EVENTS` or of a (type, config) pair."""
-    if isinstance(event, str):
-        if event not in PERF_EVENTS:
-            raise ValueError(f"unknown perf event {event!r} (known: {', '.join(PERF_EVENTS)}; "
-                             "or give a (type, config) pair)")
-        kind, config = PERF_EVENTS[event]
-        return int(getattr(lib, kind)), int(getattr(lib, config))
-    if isinstance(event, tuple) and len(event) == 2:
-        return (_check.integer(event[0], "event type", lo=0, hi=_check.UINT32_MAX),
-                _check.integer(event[1], "event config", lo=0, hi=_check.UINT64_MAX))
-    raise TypeError(f"event must be a perf event name or a (type, config) pair, got {event!r}")
-
-
-def interface_index(interface: str | int, what: str) -> int:
-    """The index of a network interface given by name or index (in the caller's network namespace)."""
-    if isinstance(interface, str):
-        _check.string(interface, "interface")
-        try:
-            return socket.if_nametoindex(interface)
-        except OSError:
-            raise BPFError(errno.ENODEV, f"no network interface named {interface!r}", what) from None
-    index = _check.integer(interface, "interface", lo=1, hi=_check.INT32_MAX)
-    try:
-        socket.if_indextoname(index)
-    except OSError:
-        raise BPFError(errno.ENODEV, f"no network interface with index {index}", what) from None
-    return index
-
-
 #: Which attach_* call a program type needs when its SEC() says nothing attachable.
 _ATTACH_HINTS = {
     "perf_event": "attach_perf_event()",
     "xdp": "attach_xdp()",
-    "sched_cls": "attach_tcx()",
-    "kprobe": "attach_kprobe(), attach_uprobe() or attach_usdt()",
+    "sched_cls": "attach_tcx() or attach_tc()",
+    "kprobe": "attach_kprobe(), attach_uprobe(), attach_uprobe_multi() or attach_usdt()",
     "tracepoint": "attach_tracepoint()",
     "raw_tracepoint": "attach_raw_tracepoint()",
-    "tracing": "attach_iter()",
+    "tracing": "attach_trace() or attach_iter()",
+    "sk_msg": "attach_sockmap()",
+    "sk_skb": "attach_sockmap()",
+    "sk_lookup": "attach_netns()",
+    "netfilter": "attach_netfilter()",
+    "ext": "attach_freplace()",
+    "struct_ops": "obj.struct_ops[name].attach()",
 }
 
 
-class Program:
+class Program(Attaching):
     """One BPF program: load knobs, attach calls, ``test_run``, statistics and pinning.
 
     Programs of a :class:`~pylibbpf.BPFObject` are valid while the object is
@@ -355,281 +293,6 @@ class Program:
             raise BPFError(errno.EINVAL, f"program {self.name!r} is not loaded: {why}", what)
         return fd
 
-    def _attach_ptr(self, what: str) -> CData:
-        """The bpf_program of a loaded object program (what libbpf's attach calls take)."""
-        ptr = self._object_ptr(what)
-        self._loaded_fd(what)
-        return ptr
-
-    # --- attaching ------------------------------------------------------------------------------
-
-    def _new_link(self, ptr: CData, *, fd: int | None = None, iterator: bool = False) -> Link:
-        """A Link for what an attach call made, handed to the object that keeps it until it closes."""
-        link = new_link(ptr, self.name, fd=fd, iterator=iterator)
-        if self._keeper is not None:
-            self._keeper.keep_link(link)
-        return link
-
-    def attach(self) -> Link:
-        """Attach by the SEC() name (``bpf_program__attach``); the Link detaches when destroyed.
-
-        BPFError (EOPNOTSUPP) when the SEC() does not say where to attach
-        (``SEC("perf_event")``, a bare ``SEC("uprobe")``, ...): use the
-        attach_* call for the program's type.
-        """
-        what = f"bpf_program__attach({self.name})"
-        ptr = self._attach_ptr(what)
-        try:
-            return self._new_link(_libbpf.bpf_program__attach(ptr, what))
-        except BPFError as e:
-            if e.errno == errno.EOPNOTSUPP:
-                raise BPFError(e.errno, f"SEC({self.section!r}) does not say where to attach: "
-                               f"{self.attach_hint()}", what) from None
-            raise
-
-    def attach_tracepoint(self, category: str, name: str) -> Link:
-        """Attach to the tracepoint ``category:name`` (as under tracefs ``events/``).
-
-        BPFError (ENOENT) naming the tracepoint when the kernel has none such.
-        """
-        _check.string(category, "category")
-        _check.string(name, "name")
-        what = f"bpf_program__attach_tracepoint({self.name}, {category}/{name})"
-        ptr = self._attach_ptr(what)
-        try:
-            return self._new_link(_libbpf.bpf_program__attach_tracepoint(ptr, category, name, what))
-        except BPFError as e:
-            if e.errno == errno.ENOENT:
-                raise BPFError(e.errno, f"no tracepoint {category}/{name} (see {features.tracefs_dir()}"
-                               "/events)", what) from None
-            raise
-
-    def attach_raw_tracepoint(self, name: str) -> Link:
-        """Attach to the raw tracepoint ``name`` (``sys_enter``, ``sched_switch``, ...).
-
-        BPFError (ENOENT) naming it when the kernel has none such.
-        """
-        _check.string(name, "name")
-        what = f"bpf_program__attach_raw_tracepoint({self.name}, {name})"
-        ptr = self._attach_ptr(what)
-        try:
-            return self._new_link(_libbpf.bpf_program__attach_raw_tracepoint(ptr, name, what))
-        except BPFError as e:
-            if e.errno == errno.ENOENT:
-                raise BPFError(e.errno, f"no raw tracepoint {name!r}", what) from None
-            raise
-
-    def attach_kprobe(self, func: str, *, retprobe: bool = False, offset: int = 0) -> Link:
-        """Attach a kprobe (or kretprobe) to the kernel function ``func`` at ``offset``.
-
-        BPFError (EOPNOTSUPP) saying so on kernels built without kprobes;
-        BPFError naming the function when the kernel does not know it.
-        """
-        _check.string(func, "func")
-        offset = _check.integer(offset, "offset", lo=0, hi=_check.UINT32_MAX)
-        what = f"bpf_program__attach_kprobe_opts({self.name}, {func})"
-        ptr = self._attach_ptr(what)
-        missing = features.kprobes_missing()
-        if missing:
-            raise BPFError(errno.EOPNOTSUPP, missing, what)
-        return self._new_link(_libbpf.bpf_program__attach_kprobe_opts(ptr, func, bool(retprobe), offset, what))
-
-    def attach_uprobe(self, binary: str | os.PathLike[str], symbol: str | None = None, *, offset: int = 0,
-                      pid: int = -1, retprobe: bool = False) -> Link:
-        """Attach a uprobe (or uretprobe) to ``symbol`` (+ ``offset``) in ``binary``.
-
-        ``binary`` is a path, a program name found in ``PATH``, or a library
-        name (``"libc"``, ``"libc.so.6"``) found where the dynamic loader looks.
-        ``symbol`` is resolved in the ELF by libbpf (``func_name``); without
-        it, ``offset`` is a file offset. ``pid`` limits the probe to one
-        process (-1: every process that maps the binary). BPFError (ENOENT)
-        naming the binary or the symbol that was not found.
-        """
-        path = resolve_binary(_check.path(binary, "binary"), "attach_uprobe")
-        if symbol is not None:
-            _check.string(symbol, "symbol")
-        offset = _check.integer(offset, "offset", lo=0, hi=_check.UINT64_MAX)
-        if symbol is None and offset == 0:
-            raise ValueError("attach_uprobe needs symbol= or a file offset=")
-        pid = _check.integer(pid, "pid", lo=-1, hi=_check.INT32_MAX)
-        what = f"bpf_program__attach_uprobe_opts({self.name}, {path}:{symbol or hex(offset)})"
-        ptr = self._attach_ptr(what)
-        try:
-            link = _libbpf.bpf_program__attach_uprobe_opts(ptr, pid, path, offset, symbol, bool(retprobe), what)
-        except BPFError as e:
-            if e.errno == errno.ENOENT and not _binary_found(path):
-                raise BPFError(e.errno, f"binary {path!r} not found (searched PATH and the library "
-                               "directories)", what) from None
-            if e.errno == errno.ENOENT and symbol is not None:
-                raise BPFError(e.errno, f"no symbol {symbol!r} in {path}", what) from None
-            raise
-        return self._new_link(link)
-
-    def attach_usdt(self, binary: str | os.PathLike[str], provider: str, name: str, *, pid: int = -1,
-                    cookie: int = 0) -> Link:
-        """Attach to the USDT probe ``provider:name`` (``DTRACE_PROBE``) of ``binary``.
-
-        The program must be written with libbpf's ``usdt.bpf.h`` (``SEC("usdt")``);
-        ``bpf_usdt_cookie()`` returns ``cookie``. BPFError (ENOENT) naming the
-        binary or the probe that was not found.
-        """
-        path = resolve_binary(_check.path(binary, "binary"), "attach_usdt")
-        _check.string(provider, "provider")
-        _check.string(name, "name")
-        pid = _check.integer(pid, "pid", lo=-1, hi=_check.INT32_MAX)
-        cookie = _check.integer(cookie, "cookie", lo=0, hi=_check.UINT64_MAX)
-        what = f"bpf_program__attach_usdt({self.name}, {path}:{provider}:{name})"
-        ptr = self._attach_ptr(what)
-        try:
-            link = _libbpf.bpf_program__attach_usdt(ptr, pid, path, provider, name, cookie, what)
-        except BPFError as e:
-            if e.errno == errno.ENOENT:
-                raise BPFError(e.errno, f"no USDT probe {provider}:{name} in {path}{_said(e)}", what) from None
-            raise
-        return self._new_link(link)
-
-    def attach_perf_event(self, event: str | tuple[int, int] = "cpu-clock", *, frequency: int | None = None,
-                          period: int | None = None, cpus: Iterable[int] | None = None,
-                          pid: int = -1) -> list[Link]:
-        """Open a sampling perf event on each CPU and run this ``SEC("perf_event")`` program on its samples.
-
-        ``event``: a name of :data:`PERF_EVENTS` (software: cpu-clock,
-        task-clock, page-faults, minor-faults, major-faults, context-switches,
-        cpu-migrations; hardware: cycles, instructions, cache-references,
-        cache-misses, branch-instructions, branch-misses) or a ``(type,
-        config)`` pair as perf_event_open(2) takes. ``frequency`` (samples a
-        second) or ``period`` (one sample every N events), not both; neither:
-        :data:`DEFAULT_FREQUENCY` a second. ``cpus``: the CPUs to sample
-        (default: every online CPU; with a ``pid`` and no ``cpus``, one event
-        that follows the process). Returns one Link per event; each owns its
-        perf event fd and closes it when destroyed. On any failure the events
-        already opened are closed. BPFError (ENOENT) saying so where the PMU
-        lacks the event (hardware events in most virtual machines).
-        """
-        etype, config = perf_event_type(event)
-        label = event if isinstance(event, str) else f"type={etype} config={config}"
-        if frequency is not None and period is not None:
-            raise ValueError("give frequency= or period=, not both")
-        if period is not None:
-            amount, freq = _check.integer(period, "period", lo=1, hi=_check.UINT64_MAX), False
-        else:
-            hz = DEFAULT_FREQUENCY if frequency is None else frequency
-            amount, freq = _check.integer(hz, "frequency", lo=1, hi=_check.UINT32_MAX), True
-        pid = _check.integer(pid, "pid", lo=-1, hi=_check.INT32_MAX)
-        online = features.online_cpus()
-        if cpus is None:
-            targets = [-1] if pid >= 0 else online
-        else:
-            targets = [_check.integer(c, "cpus[]", lo=0) for c in cpus]
-            offline = [c for c in targets if c not in online]
-            if offline:
-                raise ValueError(f"cpus {offline} are not online (online: {online})")
-            if not targets:
-                raise ValueError("cpus is empty")
-        what = f"bpf_program__attach_perf_event({self.name}, {label})"
-        ptr = self._attach_ptr(what)
-        links: list[Link] = []
-        try:
-            for cpu in targets:
-                pfd = self._open_perf_event(etype, config, amount, freq, pid, cpu, label)
-                try:
-                    links.append(self._new_link(_libbpf.bpf_program__attach_perf_event(ptr, pfd, what)))
-                except BaseException:
-                    os.close(pfd)  # libbpf owns the fd only once the link exists
-                    raise
-        except BaseException:
-            for link in links:
-                link.destroy()
-            raise
-        return links
-
-    @staticmethod
-    def _open_perf_event(etype: int, config: int, amount: int, freq: bool, pid: int, cpu: int,
-                         label: str) -> int:
-        what = f"perf_event_open({label}, cpu={cpu}, pid={pid})"
-        try:
-            return _shim.plb_perf_event_open(etype, config, amount, freq, pid, cpu, what)
-        except BPFError as e:
-            if e.errno in (errno.ENOENT, errno.EOPNOTSUPP, errno.ENODEV):
-                if etype == lib.PERF_TYPE_HARDWARE and not features.hardware_pmu():
-                    why = (f"hardware event {label!r} is not available: this machine exposes no hardware PMU "
-                           "(no /sys/bus/event_source/devices/cpu, as in most virtual machines); "
-                           "use a software event such as 'cpu-clock'")
-                else:
-                    why = f"perf event {label!r} is not supported by this machine's PMU"
-                raise BPFError(e.errno, why, what) from None
-            if e.errno == errno.ESRCH:
-                raise BPFError(e.errno, f"no process with pid {pid}", what) from None
-            raise
-
-    def attach_xdp(self, interface: str | int, *, mode: str = "default") -> Link:
-        """Attach this XDP program to a network interface (name or index) through a BPF link.
-
-        ``mode``: ``"default"`` (the driver's native XDP where it has one,
-        else generic), ``"generic"`` (in the kernel's stack, any device) or
-        ``"native"`` (in the driver; EOPNOTSUPP where it has none). BPFError
-        (ENODEV) naming an interface that does not exist; (EBUSY) when the
-        interface already has an XDP program.
-        """
-        _check.choice(mode, "mode", ("default", "generic", "native"))
-        ifindex = interface_index(interface, f"attach_xdp({self.name})")
-        what = f"attach_xdp({self.name}, {interface}, {mode})"
-        if mode == "default":
-            return self._new_link(_libbpf.bpf_program__attach_xdp(self._attach_ptr(what), ifindex, what))
-        fd = _libbpf.bpf_link_create(self._loaded_fd(what), ifindex, lib.BPF_XDP, _libbpf.bpf_xdp_flags(mode),
-                                     what)
-        return self._new_link(None, fd=fd)
-
-    def attach_tcx(self, interface: str | int, direction: str = "ingress") -> Link:
-        """Attach this ``SEC("tc")``/``SEC("tcx/...")`` program to an interface's ingress or egress (tcx).
-
-        BPFError (ENODEV) naming an interface that does not exist.
-        """
-        _check.choice(direction, "direction", ("ingress", "egress"))
-        ifindex = interface_index(interface, f"attach_tcx({self.name})")
-        what = f"attach_tcx({self.name}, {interface}, {direction})"
-        attach_type = lib.BPF_TCX_INGRESS if direction == "ingress" else lib.BPF_TCX_EGRESS
-        ptr = self._check()
-        if ptr is not None and _libbpf.bpf_program__expected_attach_type(ptr) == attach_type:
-            return self._new_link(_libbpf.bpf_program__attach_tcx(self._attach_ptr(what), ifindex, what))
-        # The SEC() named the other direction (or none): the kernel takes either for a tc program.
-        fd = _libbpf.bpf_link_create(self._loaded_fd(what), ifindex, attach_type, 0, what)
-        return self._new_link(None, fd=fd)
-
-    def attach_cgroup(self, path: str | os.PathLike[str]) -> Link:
-        """Attach this cgroup program to the cgroup v2 directory ``path`` (its SEC() gives the hook).
-
-        BPFError (ENOENT / ENOTDIR) naming a path that is missing or not a
-        cgroup v2 directory.
-        """
-        p = _check.path(path, "path")
-        what = f"bpf_program__attach_cgroup({self.name}, {p})"
-        ptr = self._attach_ptr(what)
-        if not os.path.exists(p):
-            raise BPFError(errno.ENOENT, f"no cgroup directory {p}", what)
-        if not os.path.isdir(p) or not os.path.exists(os.path.join(p, "cgroup.procs")):
-            raise BPFError(errno.ENOTDIR, f"{p} is not a cgroup v2 directory (cgroup2 is mounted at "
-                           f"{features.cgroup2_mount() or 'no place'})", what)
-        fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            return self._new_link(_libbpf.bpf_program__attach_cgroup(ptr, fd, what))
-        finally:
-            os.close(fd)  # the link holds the cgroup
-
-    def attach_iter(self, map: HasFd | None = None) -> Link:
-        """Attach this ``SEC("iter/...")`` program as a BPF iterator; read its output with ``link.read()``.
-
-        ``map``: the map a map iterator (``iter/bpf_map_elem``) walks.
-        """
-        what = f"bpf_program__attach_iter({self.name})"
-        ptr = self._attach_ptr(what)
-        map_fd = None
-        if map is not None:
-            map_fd = map.fd
-            if map_fd < 0:
-                raise BPFError(errno.EINVAL, f"map {map.name!r} is not created: call BPFObject.load() first", what)
-        return self._new_link(_libbpf.bpf_program__attach_iter(ptr, map_fd, what), iterator=True)
-
     # --- running, statistics, pinning -----------------------------------------------------------
 
     def test_run(self, data: bytes = b"", ctx: bytes = b"", repeat: int = 1, cpu: int | None = None,
@@ -741,51 +404,3 @@ def new_program(ptr: CData, *, alive: Callable[[], object] | None = None, fd: in
     prog = Program.__new__(Program)
     prog._setup(ptr, alive, fd, name, prog_type, keeper)
     return prog
-
-
-def _said(e: BPFError) -> str:
-    """libbpf's own explanation carried by an attach error (' (libbpf: ...)'), or ''."""
-    text = str(e.strerror)
-    at = text.find(" (libbpf: ")
-    return text[at:] if at >= 0 else ""
-
-
-def _binary_found(binary: str) -> bool:
-    """Whether libbpf can find ``binary``: a path that exists, a program in PATH, or a library."""
-    if "/" in binary:
-        return os.path.exists(binary)
-    if shutil.which(binary) is not None:
-        return True
-    dirs = [*os.environ.get("LD_LIBRARY_PATH", "").split(":"), "/usr/lib64", "/usr/lib", "/lib64", "/lib",
-            "/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu"]
-    return any(d and os.path.exists(os.path.join(d, binary)) for d in dirs)
-
-
-def resolve_binary(binary: str, who: str) -> str:
-    """A path for a uprobe/USDT target: paths are checked, bare names are looked up.
-
-    A library name without ``.so`` (``"libc"``, ``"libssl"``) becomes the
-    file the dynamic loader would map (``ctypes.util.find_library``); other
-    bare names are left to libbpf, which searches ``PATH`` and the library
-    directories. BPFError (ENOENT) naming what was not found.
-    """
-    if not binary:
-        raise ValueError(f"{who}: binary must not be empty")
-    if "/" in binary:
-        if not os.path.exists(binary):
-            raise BPFError(errno.ENOENT, f"binary {binary} not found", who)
-        return binary
-    if binary.startswith("lib") and ".so" not in binary:
-        import ctypes.util
-
-        found = ctypes.util.find_library(binary[3:])
-        if found is None:
-            raise BPFError(errno.ENOENT, f"library {binary!r} not found", who)
-        return found
-    return binary
-
-
-def destroy_all(links: Sequence[Link]) -> None:
-    """Destroy every link (on an error path: after one failed, the others are still destroyed)."""
-    for link in links:
-        link.destroy()

@@ -16,7 +16,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "pylibbpf"
 
 #: The modules that may use ``lib.<function>``: the compiled module and the checked layers.
-LIB_CALLERS = {"pylibbpf._ffi", "pylibbpf._libbpf", "pylibbpf._shim"}
+LIB_CALLERS = {"pylibbpf._ffi", "pylibbpf._libbpf", "pylibbpf._libbpf_attach", "pylibbpf._shim"}
 
 
 def module_name(path: Path) -> str:
