@@ -21,8 +21,9 @@ import struct
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, MutableMapping, Sequence, ValuesView
 from typing import Any, Protocol
 
-from . import _check, _libbpf
+from . import _check, _libbpf, _map_batch
 from ._ffi import ffi, lib
+from ._map_batch import ENOTSUPP as ENOTSUPP  # also reachable as pylibbpf.maps.ENOTSUPP
 from ._map_types import ARRAY_TYPES, FD_VALUES, INT_VALUES, KEYLESS, NO_ELEMENTS, PER_CPU_TYPES
 from .btf import BytesType, FdValueType, ValueType, value_type, value_type_of_u32
 from .errors import BPFError
@@ -30,14 +31,6 @@ from .events import EventDef
 
 CData = Any
 
-# include/linux/errno.h: the kernel's own ENOTSUPP, what BPF_MAP_*_BATCH returns for a map
-# type without that batch operation (not in userspace errno.h).
-ENOTSUPP = 524
-# Errors of a batch command that mean "this map type (or kernel) has no batch operation":
-# ENOTSUPP/EOPNOTSUPP from a map type without it, EINVAL from a kernel without the command.
-_NO_BATCH = frozenset({ENOTSUPP, errno.EOPNOTSUPP, errno.EINVAL})
-_BATCH_ROOM = 256  # elements per batch call (grown when one hash bucket holds more)
-_MAX_BATCH_ROOM = 1 << 20
 
 
 class MapOwner(Protocol):
@@ -734,119 +727,15 @@ class Map(_Elements):
     def _read_raw(self, delete: bool) -> list[tuple[bytes, bytes]]:
         """Every (key, value) as bytes, in batches; ``delete`` removes what is read."""
         name = "bpf_map_lookup_and_delete_batch" if delete else "bpf_map_lookup_batch"
-        what = f"{name}({self.name})"
-        fd = self._element_fd(what)
-        try:
-            return self._read_batched(fd, delete, what)
-        except _NoBatch:
-            return self._read_each(fd, delete)
-
-    def _read_batched(self, fd: int, delete: bool, what: str) -> list[tuple[bytes, bytes]]:
-        call = _libbpf.bpf_map_lookup_and_delete_batch if delete else _libbpf.bpf_map_lookup_batch
-        ksize = self.key_size
+        fd = self._element_fd(f"{name}({self.name})")
         count, stride = self._value_layout()
-        vsize = count * stride
-        # The kernel's batch token: the previous key for arrays, a u32 bucket index for hashes.
-        token_size = max(ksize, 8)
-        in_token, out_token = ffi.new("char[]", token_size), ffi.new("char[]", token_size)
-        room = _BATCH_ROOM
-        keys, values = ffi.new("char[]", room * max(1, ksize)), ffi.new("char[]", room * max(1, vsize))
-        n = ffi.new("__u32 *")
-        opts = _libbpf.bpf_map_batch_opts()
-        in_batch = ffi.NULL
-        out: list[tuple[bytes, bytes]] = []
-        while True:
-            n[0] = room
-            try:
-                done = call(fd, in_batch, out_token, keys, values, n, opts, what)
-            except BPFError as e:
-                if e.errno == errno.ENOSPC and room < _MAX_BATCH_ROOM:  # one bucket holds more than room
-                    room *= 4
-                    keys, values = ffi.new("char[]", room * max(1, ksize)), ffi.new("char[]", room * max(1, vsize))
-                    continue
-                if e.errno in _NO_BATCH and in_batch == ffi.NULL:
-                    raise _NoBatch from None
-                raise
-            got = int(n[0])
-            kbuf, vbuf = ffi.buffer(keys, got * ksize)[:], ffi.buffer(values, got * vsize)[:]
-            out.extend((kbuf[i * ksize:(i + 1) * ksize], vbuf[i * vsize:(i + 1) * vsize]) for i in range(got))
-            if done:
-                return out
-            ffi.memmove(in_token, out_token, token_size)
-            in_batch = in_token
-
-    def _read_each(self, fd: int, delete: bool) -> list[tuple[bytes, bytes]]:
-        """The per-element path: walk the keys, read (and delete) each; keys gone meanwhile are skipped."""
-        what = f"bpf_map_lookup_{'and_delete_' if delete else ''}elem({self.name})"
-        count, stride = self._value_layout()
-        value = ffi.new("char[]", max(1, count * stride))
-        out = []
-        for key in list(self._raw_keys()):
-            ckey = _libbpf.cbuf(key)
-            if delete:
-                found = self._pop_one(fd, ckey, value, what)
-            else:
-                found = _libbpf.bpf_map_lookup_elem(fd, ckey, value, what)
-            if found:
-                out.append((key, bytes(ffi.buffer(value, count * stride))))
-        return out
-
-    def _pop_one(self, fd: int, ckey: CData, value: CData, what: str) -> bool:
-        try:
-            return _libbpf.bpf_map_lookup_and_delete_elem(fd, ckey, value, what)
-        except BPFError as e:
-            if e.errno not in _NO_BATCH:
-                raise
-        # No lookup-and-delete for this map type: read, then delete (not atomic).
-        return _libbpf.bpf_map_lookup_elem(fd, ckey, value, what) and \
-            _libbpf.bpf_map_delete_elem(fd, ckey, what)
+        return _map_batch.read_all(fd, self.name, self.key_size, count * stride, self._raw_keys, delete)
 
     def _write_raw(self, pairs: list[tuple[bytes, bytes]], flags: int) -> None:
-        what = f"bpf_map_update_batch({self.name})"
-        fd = self._element_fd(what)
-        n = ffi.new("__u32 *")
-        opts = _libbpf.bpf_map_batch_opts(flags)
-        for start in range(0, len(pairs), _BATCH_ROOM * 16):
-            chunk = pairs[start:start + _BATCH_ROOM * 16]
-            keys = _libbpf.cbuf(b"".join(k for k, _ in chunk))
-            values = _libbpf.cbuf(b"".join(v for _, v in chunk))
-            n[0] = len(chunk)
-            try:
-                _libbpf.bpf_map_update_batch(fd, keys, values, n, opts, what)
-            except BPFError as e:
-                if not (e.errno in _NO_BATCH and start == 0):  # the kernel leaves n as it was
-                    raise
-                self._write_each(fd, pairs, flags)
-                return
-
-    def _write_each(self, fd: int, pairs: list[tuple[bytes, bytes]], flags: int) -> None:
-        what = f"bpf_map_update_elem({self.name})"
-        for key, value in pairs:
-            _libbpf.bpf_map_update_elem(fd, _libbpf.cbuf(key), _libbpf.cbuf(value), flags, what)
+        _map_batch.write_all(self._element_fd(f"bpf_map_update_batch({self.name})"), self.name, pairs, flags)
 
     def _delete_raw(self, keys: list[bytes]) -> int:
-        what = f"bpf_map_delete_batch({self.name})"
-        fd = self._element_fd(what)
-        n = ffi.new("__u32 *")
-        opts = _libbpf.bpf_map_batch_opts()
-        deleted, start = 0, 0
-        while start < len(keys):
-            chunk = keys[start:start + _BATCH_ROOM * 16]
-            n[0] = len(chunk)
-            try:
-                complete = _libbpf.bpf_map_delete_batch(fd, _libbpf.cbuf(b"".join(chunk)), n, opts, what)
-            except BPFError as e:
-                if not (e.errno in _NO_BATCH and start == 0):
-                    raise
-                return self._delete_each(fd, keys)
-            deleted += int(n[0])
-            # The kernel stops at a missing key (ENOENT): skip it and go on after it.
-            start += int(n[0]) + (0 if complete else 1)
-        return deleted
-
-    def _delete_each(self, fd: int, keys: list[bytes]) -> int:
-        what = f"bpf_map_delete_elem({self.name})"
-        return sum(1 for key in keys if _libbpf.bpf_map_delete_elem(fd, _libbpf.cbuf(key), what))
+        return _map_batch.delete_all(self._element_fd(f"bpf_map_delete_batch({self.name})"), self.name, keys)
 
     def __repr__(self) -> str:
         return f"<Map {self.name!r}>"
@@ -867,10 +756,6 @@ def raw_map(m: Map) -> RawMap:
     raw = RawMap.__new__(RawMap)
     raw._map = m
     return raw
-
-
-class _NoBatch(Exception):
-    """The batch command is not available for this map: take the per-element path."""
 
 
 def _described(vt: ValueType | None) -> EventDef | str | None:
