@@ -4,11 +4,26 @@
 #include <stddef.h>
 #include <string.h>
 
+static int has_name(const struct bpf_link_info *info)
+{
+	switch (info->type) {
+	case BPF_LINK_TYPE_RAW_TRACEPOINT:
+	case BPF_LINK_TYPE_ITER:
+	case BPF_LINK_TYPE_UPROBE_MULTI:
+		return 1;
+	case BPF_LINK_TYPE_PERF_EVENT:
+		return info->perf_event.type != BPF_PERF_EVENT_EVENT && info->perf_event.type != BPF_PERF_EVENT_UNSPEC;
+	}
+	return 0;
+}
+
 int plb_link_info_name_buf(struct bpf_link_info *info, char *buf, uint32_t size)
 {
 	uint32_t perf_type = info->perf_event.type;
 	uint64_t ptr = (uint64_t)(uintptr_t)buf;
 
+	if (!has_name(info))
+		return 0; /* the first call's answer is the whole answer: left as it is */
 	/* Everything after the common header: the kernel reads its pointers as user buffers. */
 	memset((char *)info + offsetof(struct bpf_link_info, raw_tracepoint), 0,
 	       sizeof(*info) - offsetof(struct bpf_link_info, raw_tracepoint));
@@ -16,36 +31,31 @@ int plb_link_info_name_buf(struct bpf_link_info *info, char *buf, uint32_t size)
 	case BPF_LINK_TYPE_RAW_TRACEPOINT:
 		info->raw_tracepoint.tp_name = ptr;
 		info->raw_tracepoint.tp_name_len = size;
-		return 1;
+		break;
 	case BPF_LINK_TYPE_ITER:
 		info->iter.target_name = ptr;
 		info->iter.target_name_len = size;
-		return 1;
+		break;
 	case BPF_LINK_TYPE_UPROBE_MULTI:
 		info->uprobe_multi.path = ptr;
 		info->uprobe_multi.path_size = size;
-		return 1;
+		break;
 	case BPF_LINK_TYPE_PERF_EVENT:
 		info->perf_event.type = perf_type;
-		switch (perf_type) {
-		case BPF_PERF_EVENT_UPROBE:
-		case BPF_PERF_EVENT_URETPROBE:
+		/* uprobe.file_name, kprobe.func_name and tracepoint.tp_name, by the event's type */
+		if (perf_type == BPF_PERF_EVENT_UPROBE || perf_type == BPF_PERF_EVENT_URETPROBE) {
 			info->perf_event.uprobe.file_name = ptr;
 			info->perf_event.uprobe.name_len = size;
-			return 1;
-		case BPF_PERF_EVENT_KPROBE:
-		case BPF_PERF_EVENT_KRETPROBE:
+		} else if (perf_type == BPF_PERF_EVENT_KPROBE || perf_type == BPF_PERF_EVENT_KRETPROBE) {
 			info->perf_event.kprobe.func_name = ptr;
 			info->perf_event.kprobe.name_len = size;
-			return 1;
-		case BPF_PERF_EVENT_TRACEPOINT:
+		} else {
 			info->perf_event.tracepoint.tp_name = ptr;
 			info->perf_event.tracepoint.name_len = size;
-			return 1;
 		}
-		return 0;
+		break;
 	}
-	return 0;
+	return 1;
 }
 
 static void perf_event_fields(const struct bpf_link_info *info, struct plb_link_fields *out)
