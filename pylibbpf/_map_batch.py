@@ -1,4 +1,4 @@
-"""A map's elements in batches: ``BPF_MAP_*_BATCH`` with the per-element fallback, on bytes.
+"""A map's elements as bytes: raw keys and values checked, batches with the per-element fallback.
 
 What :class:`~pylibbpf.Map`'s ``lookup_batch``, ``pop_items``, ``update_batch``,
 ``delete_batch`` and ``clear`` run once their keys and values are bytes:
@@ -17,6 +17,7 @@ The caller passes the map's fd, name (for messages), key size and value layout
 from __future__ import annotations
 
 import errno
+import struct
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -34,6 +35,31 @@ ENOTSUPP = 524
 NO_BATCH = frozenset({ENOTSUPP, errno.EOPNOTSUPP, errno.EINVAL})
 BATCH_ROOM = 256  # elements per batch call (grown when one hash bucket holds more)
 MAX_BATCH_ROOM = 1 << 20
+
+
+def raw_key(key: object, size: int, name: str, what: str) -> bytes:
+    """A raw key: bytes of exactly ``size``, or an int (little-endian, as BPF programs store it)."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        try:
+            raw = key.to_bytes(size, "little", signed=key < 0)
+        except OverflowError:
+            raise ValueError(f"{what}: key {key} does not fit the map's {size}-byte key") from None
+    elif isinstance(key, (bytes, bytearray, memoryview)):
+        raw = bytes(key)
+    else:
+        raise TypeError(f"{what}: key must be bytes or int, not {type(key).__name__}")
+    if len(raw) != size:
+        raise ValueError(f"{what}: key is {len(raw)} bytes, map {name!r} has {size}-byte keys")
+    return raw
+
+
+def raw_value(value: object, size: int, name: str, what: str) -> bytes:
+    """A raw value: bytes of exactly ``size``."""
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise TypeError(f"{what}: value must be bytes, not {type(value).__name__}")
+    if len(value) != size:
+        raise ValueError(f"{what}: value is {len(value)} bytes, map {name!r} has {size}-byte values")
+    return bytes(value)
 
 
 class NoBatch(Exception):
@@ -151,3 +177,13 @@ def delete_all(fd: int, name: str, keys: list[bytes]) -> int:
         # The kernel stops at a missing key (ENOENT): skip it and go on after it.
         start += int(n[0]) + (0 if complete else 1)
     return deleted
+
+
+def stack_frames(raw: bytes) -> list[int]:
+    """The frame addresses of a stack trace map's value: its u64 slots before the first 0."""
+    frames = []
+    for (addr,) in struct.iter_unpack("<Q", raw[:len(raw) // 8 * 8]):
+        if addr == 0:
+            break
+        frames.append(addr)
+    return frames
