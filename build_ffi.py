@@ -55,6 +55,7 @@ SOURCES = [
     "csrc/plb_into.c",
     "csrc/plb_perfattr.c",
     "csrc/plb_program.c",
+    "csrc/plb_linkinfo.c",
     "csrc/plb_btf.c",
     "csrc/plb_columns.c",
     "csrc/plb_block.c",

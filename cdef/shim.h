@@ -290,6 +290,36 @@ void plb_full_fence(void);
 /* csrc/plb_program.h */
 void plb_iter_info_set_map_fd(union bpf_iter_link_info *info, uint32_t map_fd);
 
+/* csrc/plb_linkinfo.h */
+struct plb_link_fields {
+    uint32_t attach_type;
+    uint32_t ifindex;
+    uint32_t map_id;
+    uint32_t target_obj_id;
+    uint32_t target_btf_id;
+    uint64_t cgroup_id;
+    uint32_t netns_ino;
+    uint32_t pf;
+    uint32_t hooknum;
+    int32_t priority;
+    uint32_t flags;
+    uint32_t count;
+    uint32_t pid;
+    uint32_t tid;
+    uint32_t order;
+    uint64_t missed;
+    uint32_t perf_type;
+    uint32_t event_type;
+    uint64_t config;
+    uint64_t offset;
+    uint64_t addr;
+    uint64_t cookie;
+    uint32_t name_len;
+    ...;
+};
+int plb_link_info_name_buf(struct bpf_link_info *info, char *buf, uint32_t size);
+void plb_link_info_fields(const struct bpf_link_info *info, struct plb_link_fields *out);
+
 /* csrc/plb_btf.h */
 int plb_btf_dump_c(const struct btf *btf, int fd);
 

@@ -15,6 +15,7 @@
 #include "plb_into.h"
 #include "plb_perfattr.h"
 #include "plb_program.h"
+#include "plb_linkinfo.h"
 #include "plb_btf.h"
 #include "plb_columns.h"
 #include "plb_block.h"

@@ -8,7 +8,7 @@ classes do not wrap.
 
 from __future__ import annotations
 
-from . import _shim, features
+from . import _shim, features, loaded
 from ._batch import Batch, OrderedBatch, Record
 from ._ffi import ffi, lib
 from ._into import FLAG_FORCED, FLAG_LATE, FLAG_LOST, OddRecord
@@ -39,6 +39,7 @@ from .events import (
 from .globals import Globals
 from .hist import Histogram
 from .link import Link
+from .loaded import LinkInfo, MapInfo, ProgramInfo, links, maps, programs
 from .maps import Map, RawMap
 from .object import BPFObject
 from .ordered import OrderedReader, OrderedStats
@@ -79,8 +80,10 @@ __all__ = [
     "Insn",
     "KernelSymbols",
     "Link",
+    "LinkInfo",
     "LoadError",
     "Map",
+    "MapInfo",
     "OddRecord",
     "OrderedBatch",
     "OrderedReader",
@@ -89,6 +92,7 @@ __all__ = [
     "PerfReader",
     "ProcessSymbols",
     "Program",
+    "ProgramInfo",
     "ProgramStats",
     "RawMap",
     "Record",
@@ -109,14 +113,18 @@ __all__ = [
     "include_dir",
     "lib",
     "libbpf_version",
+    "links",
     "load_program",
+    "loaded",
     "make_event_def",
     "make_event_handler",
     "make_event_parser",
     "make_event_serializer",
     "map_ringbuf",
+    "maps",
     "peek_ringbuf_events",
     "process_events",
+    "programs",
     "read_ringbuf_events",
     "read_ringbuf_into",
     "ringbuf_consumer",

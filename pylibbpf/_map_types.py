@@ -28,6 +28,8 @@ FD_VALUES = {
     lib.BPF_MAP_TYPE_SOCKHASH: "a socket (read back: its cookie)",
     lib.BPF_MAP_TYPE_CGROUP_ARRAY: "a cgroup directory's fd",
 }
+# Maps of maps: a value is an inner map, written as its fd and read back as its id.
+MAP_OF_MAPS = frozenset({lib.BPF_MAP_TYPE_ARRAY_OF_MAPS, lib.BPF_MAP_TYPE_HASH_OF_MAPS})
 # Map types whose values are ints when they have no BTF type: an ifindex (devmap), a queue size
 # (cpumap), or the struct bpf_devmap_val/bpf_cpumap_val of the program's BTF.
 INT_VALUES = frozenset({lib.BPF_MAP_TYPE_DEVMAP, lib.BPF_MAP_TYPE_DEVMAP_HASH, lib.BPF_MAP_TYPE_CPUMAP})

@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from . import _check, _close, _libbpf
+from . import _check, _close, _kernel, _libbpf, loaded
 from ._ffi import ffi
 from .errors import BPFError, ClosedError
 
@@ -136,6 +136,46 @@ class Link:
             raise BPFError(errno.EINVAL, f"{p} does not hold a pinned link", what)
         link._pin_path = p
         return link
+
+    @classmethod
+    def from_id(cls, link_id: int) -> Link:
+        """Open the link with kernel id ``link_id`` (``bpf_link_get_fd_by_id``): a Link owning a new fd.
+
+        Named after its program. Destroying it closes the fd only: the
+        attachment stays while anything else holds the link (the process that
+        made it, a pin). BPFError (ENOENT) when no link has that id, (EPERM)
+        without CAP_SYS_ADMIN.
+        """
+        link_id = _check.integer(link_id, "link_id", lo=1, hi=_check.UINT32_MAX)
+        what = f"bpf_link_get_fd_by_id({link_id})"
+        fd = _kernel.get_fd_by_id("link", link_id, what)
+        link = new_link(None, f"link {link_id}", fd=fd)  # owns fd from here
+        try:
+            prog_id = link.info().prog_id
+        except BaseException:
+            link.destroy()
+            raise
+        try:
+            prog_fd = _kernel.get_fd_by_id("prog", prog_id, f"bpf_prog_get_fd_by_id({prog_id})")
+        except BPFError:
+            return link  # its program is not reachable (gone, or no permission): keep the id's name
+        try:
+            link.name = loaded.program_info(prog_fd, what).name
+        finally:
+            os.close(prog_fd)
+        return link
+
+    def info(self) -> loaded.LinkInfo:
+        """What the kernel says of this link (``bpf_link_get_info_by_fd``): its kind's record.
+
+        A :class:`~pylibbpf.loaded.LinkInfo` subclass per kind:
+        :class:`~pylibbpf.loaded.TcxLinkInfo` (ifindex, direction),
+        :class:`~pylibbpf.loaded.PerfEventLinkInfo` (tracepoint, probe or
+        event and its name), :class:`~pylibbpf.loaded.CgroupLinkInfo`,
+        :class:`~pylibbpf.loaded.IterLinkInfo`... ClosedError once destroyed.
+        """
+        self._live()
+        return loaded.link_info(self.fd, f"bpf_link_get_info_by_fd({self.name})")
 
     def _live(self) -> None:
         if self.destroyed:

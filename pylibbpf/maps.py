@@ -1,11 +1,13 @@
-"""BPF maps as typed mappings, and an object's global variables.
+"""BPF maps as typed mappings.
 
-:class:`Map` is one map of a :class:`~pylibbpf.BPFObject` (``bpf_map``): a
+:class:`Map` is one map of a :class:`~pylibbpf.BPFObject` (``bpf_map``), or a
+map that owns its fd (:meth:`Map.from_id`, :meth:`Map.from_pin`,
+:meth:`Map.create`; :mod:`pylibbpf._map_fd`): a
 ``collections.abc.MutableMapping`` whose keys and values are typed from the
 map's BTF (``__type(key, ...)``, ``__type(value, ...)``), with batch operations,
-sizing and pinning before load, and stack-trace reading. ``Map.raw`` is the
-same protocol on bytes (:class:`RawMap`). ``obj.globals`` lives in
-:mod:`pylibbpf.globals`.
+sizing and pinning before load, maps of maps, and stack-trace reading.
+``Map.raw`` is the same protocol on bytes (:class:`RawMap`). ``obj.globals``
+lives in :mod:`pylibbpf.globals`.
 
 The owner (the object) is reached only through its public ``name``,
 ``loaded`` and ``c_ptr`` (which raises ClosedError once it is closed), so this
@@ -15,29 +17,22 @@ module does not import the object module.
 from __future__ import annotations
 
 import abc
+import builtins
 import errno
 import os
-import struct
-from collections.abc import ItemsView, Iterable, Iterator, Mapping, MutableMapping, Sequence, ValuesView
+from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, MutableMapping, Sequence, ValuesView
 from typing import Any, Protocol
 
-from . import _check, _libbpf
+from . import _check, _kernel, _libbpf, _map_batch, _map_fd, loaded
 from ._ffi import ffi, lib
-from ._map_types import ARRAY_TYPES, FD_VALUES, INT_VALUES, KEYLESS, NO_ELEMENTS, PER_CPU_TYPES
-from .btf import BytesType, FdValueType, ValueType, value_type, value_type_of_u32
+from ._map_batch import ENOTSUPP as ENOTSUPP  # also reachable as pylibbpf.maps.ENOTSUPP
+from ._map_types import ARRAY_TYPES, KEYLESS, MAP_OF_MAPS, NO_ELEMENTS, PER_CPU_TYPES
+from .btf import BytesType, ValueType, value_type
 from .errors import BPFError
 from .events import EventDef
 
 CData = Any
 
-# include/linux/errno.h: the kernel's own ENOTSUPP, what BPF_MAP_*_BATCH returns for a map
-# type without that batch operation (not in userspace errno.h).
-ENOTSUPP = 524
-# Errors of a batch command that mean "this map type (or kernel) has no batch operation":
-# ENOTSUPP/EOPNOTSUPP from a map type without it, EINVAL from a kernel without the command.
-_NO_BATCH = frozenset({ENOTSUPP, errno.EOPNOTSUPP, errno.EINVAL})
-_BATCH_ROOM = 256  # elements per batch call (grown when one hash bucket holds more)
-_MAX_BATCH_ROOM = 1 << 20
 
 
 class MapOwner(Protocol):
@@ -371,40 +366,165 @@ class Map(_Elements):
     before), raises ClosedError once it is closed, and TypeError for ring
     buffers and perf event arrays, which have no elements to look up.
     Array maps: ``del`` is a TypeError (their elements always exist) and
-    ``len`` is ``max_entries``.
+    ``len`` is ``max_entries``. A map of maps takes a Map (or its fd) as a
+    value and reads each inner map back as a new Map that owns its fd.
+
+    A map of an object lives as long as its object; a map that owns its fd
+    (:meth:`from_id`, :meth:`from_pin`, :meth:`create`, a map of maps'
+    value) is closed with :meth:`close` (idempotent; a context manager; its
+    finalizer closes a forgotten one), and the kernel frees the map when
+    nothing else holds it.
     """
 
     def __init__(self) -> None:
-        """Not called directly: a map comes from ``obj.maps[name]``."""
-        raise TypeError("Map objects come from obj.maps[name]")
+        """Not called directly: a map comes from ``obj.maps[name]``, :meth:`from_id`, :meth:`from_pin`
+        or :meth:`create`."""
+        raise TypeError("Map objects come from obj.maps[name], Map.from_id(), Map.from_pin() or Map.create()")
 
-    def _setup(self, owner: MapOwner, ptr: CData, btf: CData | None) -> None:
+    def _setup(self, owner: MapOwner | None, ptr: CData, btf: CData | None,
+               own: _map_fd.MapFd | None = None, types: _map_fd.Types | None = None) -> None:
         self._owner = owner
         self._ptr = ptr
+        self._own = own  # the fd and description of a map that owns its fd (None: an object's)
         self._btf = btf  # the object's BTF (None: no BTF), owned by the object
         self._map = self
-        self.name = _libbpf.bpf_map__name(ptr)
+        self._inner: Map | None = None
+        self.name = _libbpf.bpf_map__name(ptr) if own is None else own.info.name
         self.raw = raw_map(self)
         self._types: tuple[ValueType | None, ValueType | None] | None = None
         self._ncpus = 0
+        if own is not None and types is not None:
+            self._types = (types[0], _map_fd.special_value(own.info.type, own.info.value_size, types[1],
+                                                           Map.from_id))
         self._value_types()  # now, before load: see _value_types
 
     def _check(self) -> CData:
+        """The ``struct bpf_map *`` (None for a map that owns its fd); ClosedError once closed."""
+        if self._own is not None:
+            self._own.live()
+            return None
+        assert self._owner is not None
         self._owner.c_ptr  # noqa: B018 -- raises ClosedError once the object is closed
         return self._ptr
+
+    def _fixed(self) -> _map_fd.MapFd:
+        assert self._own is not None  # callers checked that _check() is None: a map that owns its fd
+        return self._own
+
+    # -- maps that own their fd ----------------------------------------------------------------------
+
+    @classmethod
+    def from_id(cls, map_id: int) -> Map:
+        """Open the map with kernel id ``map_id`` (``bpf_map_get_fd_by_id``): a Map that owns a new fd.
+
+        Typed from the map's BTF in the kernel where it has key/value types
+        (a map an object with BTF created), else bytes. BPFError (ENOENT)
+        when no map has that id, (EPERM) without CAP_SYS_ADMIN.
+        """
+        map_id = _check.integer(map_id, "map_id", lo=1, hi=_check.UINT32_MAX)
+        what = f"bpf_map_get_fd_by_id({map_id})"
+        return _owned(_kernel.get_fd_by_id("map", map_id, what), what, None)
+
+    @classmethod
+    def from_pin(cls, path: str | os.PathLike[str]) -> Map:
+        """Open the map pinned at ``path`` in bpffs (``bpf_obj_get``): a Map that owns a new fd.
+
+        Typed as :meth:`from_id`. BPFError (ENOENT) when nothing is pinned
+        there, (EINVAL) naming what the pin holds when it is not a map.
+        """
+        p = _check.path(path, "path")
+        what = f"bpf_obj_get({p})"
+        return _owned(_libbpf.bpf_obj_get_kind(p, "map", what), what, None)
+
+    @classmethod
+    def create(cls, type: int | str, key_size: int, value_size: int, max_entries: int, *, name: str | None = None,
+               flags: int = 0, key_type: EventDef | str | None = None, value_type: EventDef | str | None = None,
+               inner_map: Map | None = None) -> Map:
+        """Create a map in the kernel (``bpf_map_create``): a Map that owns its fd.
+
+        ``type``: a ``lib.BPF_MAP_TYPE_*`` value or its name without the prefix,
+        any case (``"hash"``, ``"array_of_maps"``); ``name``: up to 15 letters,
+        digits, ``_`` or ``.``; ``flags``: ``lib.BPF_F_*`` map flags.
+        ``key_type`` / ``value_type``: an EventDef or a scalar type name
+        (``"u32"``, ``"i64"``, ``"bool"``...) of exactly ``key_size`` /
+        ``value_size`` bytes types the keys or values in Python; None leaves
+        them bytes (an int is accepted as a little-endian key). The kernel's
+        map gets no BTF: opened again by id it reads as bytes. Maps of fds and
+        of maps are typed by their map type. ``inner_map``: for a map of maps,
+        a map with the type and sizes of its inner maps.
+
+        ValueError/TypeError naming the parameter; BPFError with the kernel's
+        errno when it refuses (EINVAL: sizes the type does not take).
+        """
+        if inner_map is not None and not isinstance(inner_map, Map):
+            raise TypeError(f"inner_map must be a Map, got {builtins.type(inner_map).__name__}")
+        fd, given = _map_fd.create(type, key_size, value_size, max_entries, name, flags, key_type, value_type,
+                                   None if inner_map is None else inner_map.fd)
+        return _owned(fd, f"bpf_map_create({name or ''})", lambda info: given)
+
+    def close(self) -> None:
+        """Close the fd of a map that owns one (an object's maps close with their object). Idempotent."""
+        if self._own is not None:
+            self._own.close()
+
+    def __enter__(self) -> Map:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def inner_map(self) -> Map | None:
+        """The template of a map of maps' inner maps, set before load; None when none was set here.
+
+        ``outer.inner_map = template`` (``bpf_map__set_inner_map_fd``), for a
+        map of maps declared without ``__array(values, ...)``; keep the
+        template open until ``load()``. TypeError for another map type;
+        BPFError (EBUSY) after load, (EINVAL) when one was set already
+        (it replaces the ``__array`` template of a map that declares one).
+        """
+        self._check()
+        return self._inner
+
+    @inner_map.setter
+    def inner_map(self, template: Map) -> None:
+        what = f"bpf_map__set_inner_map_fd({self.name})"
+        if not isinstance(template, Map):
+            raise TypeError(f"inner_map must be a Map, got {type(template).__name__}")
+        ptr = self._before_load("inner_map", what)
+        if self.type not in MAP_OF_MAPS:
+            raise TypeError(f"{what}: map {self.name!r} is a {self.type_name} map, not a map of maps")
+        fd = template.fd
+        if fd < 0:
+            raise BPFError(errno.EINVAL, f"template map {template.name!r} is not created: load its object first",
+                           what)
+        _kernel.bpf_map__set_inner_map_fd(ptr, fd, what)
+        self._inner = template  # libbpf keeps the fd number only: the template must stay open until load
+
+    # -- what it is ------------------------------------------------------------------------------
+
+    def info(self) -> loaded.MapInfo:
+        """What the kernel says of the map (``bpf_map_get_info_by_fd``): its id, name, type, sizes, BTF id."""
+        what, fd = f"bpf_map_get_info_by_fd({self.name})", self.fd
+        if fd < 0:
+            raise BPFError(errno.EINVAL, f"map {self.name!r} is not created: call BPFObject.load() first", what)
+        return loaded.map_info(fd, what)
 
     @property
     def c_ptr(self) -> CData:
         """The ``struct bpf_map *`` for ``pylibbpf.lib`` calls; valid while the object is open.
 
-        ClosedError once the object is closed.
+        ``ffi.NULL`` for a map that owns its fd (use :attr:`fd`). ClosedError
+        once the object (or the map) is closed.
         """
-        return self._check()
+        ptr = self._check()
+        return ffi.NULL if ptr is None else ptr
 
     @property
     def type(self) -> int:
         """The map type (``lib.BPF_MAP_TYPE_*``)."""
-        return _libbpf.bpf_map__type(self._check())
+        ptr = self._check()
+        return self._fixed().info.type if ptr is None else _libbpf.bpf_map__type(ptr)
 
     @property
     def type_name(self) -> str:
@@ -413,11 +533,13 @@ class Map(_Elements):
     @property
     def fd(self) -> int:
         """The map's fd; -1 before the object is loaded."""
-        return _libbpf.bpf_map__fd(self._check())
+        ptr = self._check()
+        return self._fixed().live() if ptr is None else _libbpf.bpf_map__fd(ptr)
 
     @property
     def key_size(self) -> int:
-        return _libbpf.bpf_map__key_size(self._check())
+        ptr = self._check()
+        return self._fixed().info.key_size if ptr is None else _libbpf.bpf_map__key_size(ptr)
 
     @property
     def value_size(self) -> int:
@@ -426,7 +548,8 @@ class Map(_Elements):
         Settable before load (``bpf_map__set_value_size``); BPFError (EBUSY)
         after, naming the map.
         """
-        return _libbpf.bpf_map__value_size(self._check())
+        ptr = self._check()
+        return self._fixed().info.value_size if ptr is None else _libbpf.bpf_map__value_size(ptr)
 
     @value_size.setter
     def value_size(self, size: int) -> None:
@@ -443,7 +566,8 @@ class Map(_Elements):
         Settable before load (``bpf_map__set_max_entries``; ring buffers are
         rounded up to a page multiple by libbpf); BPFError (EBUSY) after.
         """
-        return _libbpf.bpf_map__max_entries(self._check())
+        ptr = self._check()
+        return self._fixed().info.max_entries if ptr is None else _libbpf.bpf_map__max_entries(ptr)
 
     @max_entries.setter
     def max_entries(self, n: int) -> None:
@@ -473,7 +597,8 @@ class Map(_Elements):
         :meth:`set_initial_value` or ``obj.globals`` wrote). Prefer
         ``obj.globals`` to work with the variables by name.
         """
-        return _libbpf.bpf_map__initial_value(self._check())
+        ptr = self._check()
+        return None if ptr is None else _libbpf.bpf_map__initial_value(ptr)
 
     def set_initial_value(self, data: bytes) -> None:
         """Set the initial contents of a global-data map before ``load()`` (``bpf_map__set_initial_value``).
@@ -483,7 +608,7 @@ class Map(_Elements):
         object is loaded; BPFError (EINVAL) for a map that is not global data.
         ``obj.globals["name"] = value`` sets one variable instead.
         """
-        ptr = self._check()
+        ptr = self._before_load("set_initial_value()", f"bpf_map__set_initial_value({self.name})")
         raw = bytes(data)
         if len(raw) != self.value_size:
             raise ValueError(f"initial value of map {self.name!r} must be {self.value_size} bytes, got {len(raw)}")
@@ -494,7 +619,8 @@ class Map(_Elements):
     @property
     def pin_path(self) -> str | None:
         """Where the map is (or will be at load) pinned in bpffs; None when it is not."""
-        return _libbpf.bpf_map__pin_path(self._check())
+        ptr = self._check()
+        return self._fixed().pin_path if ptr is None else _libbpf.bpf_map__pin_path(ptr)
 
     def pin(self, path: str | os.PathLike[str]) -> None:
         """Pin the map at ``path`` on a bpffs (``/sys/fs/bpf/...``), so it outlives this object.
@@ -508,7 +634,10 @@ class Map(_Elements):
         """
         path = _check.path(path, "path")
         ptr = self._check()
-        if self._owner.loaded:
+        if ptr is None:  # a map that owns its fd
+            _libbpf.bpf_obj_pin(self.fd, path, f"bpf_obj_pin({self.name}, {path})")
+            self._fixed().pin_path = path
+        elif self._loaded():
             previous = self.pin_path
             try:
                 _libbpf.bpf_map__pin(ptr, path, f"bpf_map__pin({self.name}, {path})")
@@ -531,9 +660,13 @@ class Map(_Elements):
         path = self.pin_path
         if path is None:
             raise BPFError(errno.EINVAL, f"map {self.name!r} is not pinned", what)
-        if self._owner.loaded:
+        if self._loaded():
             _check.bpffs_path(path, "pin path")
             _libbpf.check_pinned_is(path, "map", self.fd, what)
+            if ptr is None:
+                _libbpf.unlink_pin(path, what)
+                self._fixed().pin_path = None
+                return
             _libbpf.bpf_map__unpin(ptr, None, what)
         _libbpf.bpf_map__set_pin_path(ptr, None, what)  # so that pin() may choose another path
 
@@ -552,14 +685,7 @@ class Map(_Elements):
         self._value_types()  # typed from this object's BTF: libbpf takes the pinned map's BTF ids
         fd = _libbpf.bpf_obj_get_kind(path, "map", f"bpf_obj_get({path})")
         try:
-            info = _libbpf.bpf_map_get_info_by_fd(fd, what)
-            mine = (self.type, self.key_size, self.value_size)
-            theirs = (int(info.type), int(info.key_size), int(info.value_size))
-            if mine != theirs:
-                def shown(t: tuple[int, int, int]) -> str:
-                    return f"{_libbpf.libbpf_map_type_str(t[0])} with {t[1]}-byte keys and {t[2]}-byte values"
-                raise ValueError(f"{what}: the map pinned at {path} is a {shown(theirs)}, "
-                                 f"map {self.name!r} is a {shown(mine)}")
+            _map_fd.check_compatible(fd, (self.type, self.key_size, self.value_size), self.name, path, what)
             _libbpf.bpf_map__reuse_fd(ptr, fd, what)
         finally:
             os.close(fd)
@@ -581,23 +707,24 @@ class Map(_Elements):
             raise ValueError(f"{what}: stack_id {stack_id} is an error from bpf_get_stackid(): "
                              f"{errno.errorcode.get(-stack_id, '?')} ({os.strerror(-stack_id)})")
         stack_id = _check.integer(stack_id, "stack_id", hi=_check.UINT32_MAX)
-        if _libbpf.bpf_map__map_flags(self._check()) & lib.BPF_F_STACK_BUILD_ID:
+        ptr = self._check()
+        flags = self._fixed().info.flags if ptr is None else _libbpf.bpf_map__map_flags(ptr)
+        if flags & lib.BPF_F_STACK_BUILD_ID:
             raise TypeError(f"{what}: map {self.name!r} holds build-id stacks: read them with m.raw")
         raw = self._lookup(stack_id.to_bytes(4, "little"), what)
         if raw is None:
             raise KeyError(stack_id)
-        frames = []
-        for (addr,) in struct.iter_unpack("<Q", raw[:len(raw) // 8 * 8]):
-            if addr == 0:
-                break
-            frames.append(addr)
-        return frames
+        return _map_batch.stack_frames(raw)
 
     # -- the element layer ----------------------------------------------------------------------
 
+    def _loaded(self) -> bool:
+        """Whether the map exists in the kernel (a map that owns its fd always does)."""
+        return self._owner is None or self._owner.loaded
+
     def _before_load(self, attr: str, what: str) -> CData:
         ptr = self._check()
-        if self._owner.loaded:
+        if self._loaded():
             raise BPFError(errno.EBUSY, f"map {self.name!r} is already created: "
                            f"{attr} can only be set before BPFObject.load()", what)
         return ptr
@@ -613,11 +740,7 @@ class Map(_Elements):
         if self._types is None:
             ptr = self._check()
             value = self._side_type(_libbpf.bpf_map__btf_value_type_id(ptr), self.value_size, "value")
-            mtype = _libbpf.bpf_map__type(ptr)
-            if mtype in FD_VALUES and self.value_size in (4, 8):
-                value = FdValueType(self.value_size, FD_VALUES[mtype])
-            elif value is None and mtype in INT_VALUES and self.value_size == 4:
-                value = value_type_of_u32()
+            value = _map_fd.special_value(_libbpf.bpf_map__type(ptr), self.value_size, value, Map.from_id)
             self._types = (self._side_type(_libbpf.bpf_map__btf_key_type_id(ptr), self.key_size, "key"), value)
         return self._types
 
@@ -648,27 +771,10 @@ class Map(_Elements):
         return bytes(raw[:self.value_size]) if vt is None else vt.decode(raw)
 
     def _raw_key(self, key: object, what: str) -> bytes:
-        size = self.key_size
-        if isinstance(key, int) and not isinstance(key, bool):
-            try:
-                raw = key.to_bytes(size, "little", signed=key < 0)
-            except OverflowError:
-                raise ValueError(f"{what}: key {key} does not fit the map's {size}-byte key") from None
-        elif isinstance(key, (bytes, bytearray, memoryview)):
-            raw = bytes(key)
-        else:
-            raise TypeError(f"{what}: key must be bytes or int, not {type(key).__name__}")
-        if len(raw) != size:
-            raise ValueError(f"{what}: key is {len(raw)} bytes, map {self.name!r} has {size}-byte keys")
-        return raw
+        return _map_batch.raw_key(key, self.key_size, self.name, what)
 
     def _raw_value(self, value: object, what: str) -> bytes:
-        vsize = self.value_size
-        if not isinstance(value, (bytes, bytearray, memoryview)):
-            raise TypeError(f"{what}: value must be bytes, not {type(value).__name__}")
-        if len(value) != vsize:
-            raise ValueError(f"{what}: value is {len(value)} bytes, map {self.name!r} has {vsize}-byte values")
-        return bytes(value)
+        return _map_batch.raw_value(value, self.value_size, self.name, what)
 
     def _value_layout(self) -> tuple[int, int]:
         """(number of values, stride): per-CPU maps hold one 8-byte-aligned value per possible CPU."""
@@ -734,122 +840,18 @@ class Map(_Elements):
     def _read_raw(self, delete: bool) -> list[tuple[bytes, bytes]]:
         """Every (key, value) as bytes, in batches; ``delete`` removes what is read."""
         name = "bpf_map_lookup_and_delete_batch" if delete else "bpf_map_lookup_batch"
-        what = f"{name}({self.name})"
-        fd = self._element_fd(what)
-        try:
-            return self._read_batched(fd, delete, what)
-        except _NoBatch:
-            return self._read_each(fd, delete)
-
-    def _read_batched(self, fd: int, delete: bool, what: str) -> list[tuple[bytes, bytes]]:
-        call = _libbpf.bpf_map_lookup_and_delete_batch if delete else _libbpf.bpf_map_lookup_batch
-        ksize = self.key_size
+        fd = self._element_fd(f"{name}({self.name})")
         count, stride = self._value_layout()
-        vsize = count * stride
-        # The kernel's batch token: the previous key for arrays, a u32 bucket index for hashes.
-        token_size = max(ksize, 8)
-        in_token, out_token = ffi.new("char[]", token_size), ffi.new("char[]", token_size)
-        room = _BATCH_ROOM
-        keys, values = ffi.new("char[]", room * max(1, ksize)), ffi.new("char[]", room * max(1, vsize))
-        n = ffi.new("__u32 *")
-        opts = _libbpf.bpf_map_batch_opts()
-        in_batch = ffi.NULL
-        out: list[tuple[bytes, bytes]] = []
-        while True:
-            n[0] = room
-            try:
-                done = call(fd, in_batch, out_token, keys, values, n, opts, what)
-            except BPFError as e:
-                if e.errno == errno.ENOSPC and room < _MAX_BATCH_ROOM:  # one bucket holds more than room
-                    room *= 4
-                    keys, values = ffi.new("char[]", room * max(1, ksize)), ffi.new("char[]", room * max(1, vsize))
-                    continue
-                if e.errno in _NO_BATCH and in_batch == ffi.NULL:
-                    raise _NoBatch from None
-                raise
-            got = int(n[0])
-            kbuf, vbuf = ffi.buffer(keys, got * ksize)[:], ffi.buffer(values, got * vsize)[:]
-            out.extend((kbuf[i * ksize:(i + 1) * ksize], vbuf[i * vsize:(i + 1) * vsize]) for i in range(got))
-            if done:
-                return out
-            ffi.memmove(in_token, out_token, token_size)
-            in_batch = in_token
-
-    def _read_each(self, fd: int, delete: bool) -> list[tuple[bytes, bytes]]:
-        """The per-element path: walk the keys, read (and delete) each; keys gone meanwhile are skipped."""
-        what = f"bpf_map_lookup_{'and_delete_' if delete else ''}elem({self.name})"
-        count, stride = self._value_layout()
-        value = ffi.new("char[]", max(1, count * stride))
-        out = []
-        for key in list(self._raw_keys()):
-            ckey = _libbpf.cbuf(key)
-            if delete:
-                found = self._pop_one(fd, ckey, value, what)
-            else:
-                found = _libbpf.bpf_map_lookup_elem(fd, ckey, value, what)
-            if found:
-                out.append((key, bytes(ffi.buffer(value, count * stride))))
-        return out
-
-    def _pop_one(self, fd: int, ckey: CData, value: CData, what: str) -> bool:
-        try:
-            return _libbpf.bpf_map_lookup_and_delete_elem(fd, ckey, value, what)
-        except BPFError as e:
-            if e.errno not in _NO_BATCH:
-                raise
-        # No lookup-and-delete for this map type: read, then delete (not atomic).
-        return _libbpf.bpf_map_lookup_elem(fd, ckey, value, what) and \
-            _libbpf.bpf_map_delete_elem(fd, ckey, what)
+        return _map_batch.read_all(fd, self.name, self.key_size, count * stride, self._raw_keys, delete)
 
     def _write_raw(self, pairs: list[tuple[bytes, bytes]], flags: int) -> None:
-        what = f"bpf_map_update_batch({self.name})"
-        fd = self._element_fd(what)
-        n = ffi.new("__u32 *")
-        opts = _libbpf.bpf_map_batch_opts(flags)
-        for start in range(0, len(pairs), _BATCH_ROOM * 16):
-            chunk = pairs[start:start + _BATCH_ROOM * 16]
-            keys = _libbpf.cbuf(b"".join(k for k, _ in chunk))
-            values = _libbpf.cbuf(b"".join(v for _, v in chunk))
-            n[0] = len(chunk)
-            try:
-                _libbpf.bpf_map_update_batch(fd, keys, values, n, opts, what)
-            except BPFError as e:
-                if not (e.errno in _NO_BATCH and start == 0):  # the kernel leaves n as it was
-                    raise
-                self._write_each(fd, pairs, flags)
-                return
-
-    def _write_each(self, fd: int, pairs: list[tuple[bytes, bytes]], flags: int) -> None:
-        what = f"bpf_map_update_elem({self.name})"
-        for key, value in pairs:
-            _libbpf.bpf_map_update_elem(fd, _libbpf.cbuf(key), _libbpf.cbuf(value), flags, what)
+        _map_batch.write_all(self._element_fd(f"bpf_map_update_batch({self.name})"), self.name, pairs, flags)
 
     def _delete_raw(self, keys: list[bytes]) -> int:
-        what = f"bpf_map_delete_batch({self.name})"
-        fd = self._element_fd(what)
-        n = ffi.new("__u32 *")
-        opts = _libbpf.bpf_map_batch_opts()
-        deleted, start = 0, 0
-        while start < len(keys):
-            chunk = keys[start:start + _BATCH_ROOM * 16]
-            n[0] = len(chunk)
-            try:
-                complete = _libbpf.bpf_map_delete_batch(fd, _libbpf.cbuf(b"".join(chunk)), n, opts, what)
-            except BPFError as e:
-                if not (e.errno in _NO_BATCH and start == 0):
-                    raise
-                return self._delete_each(fd, keys)
-            deleted += int(n[0])
-            # The kernel stops at a missing key (ENOENT): skip it and go on after it.
-            start += int(n[0]) + (0 if complete else 1)
-        return deleted
-
-    def _delete_each(self, fd: int, keys: list[bytes]) -> int:
-        what = f"bpf_map_delete_elem({self.name})"
-        return sum(1 for key in keys if _libbpf.bpf_map_delete_elem(fd, _libbpf.cbuf(key), what))
+        return _map_batch.delete_all(self._element_fd(f"bpf_map_delete_batch({self.name})"), self.name, keys)
 
     def __repr__(self) -> str:
-        return f"<Map {self.name!r}>"
+        return f"<Map {self.name!r}{' closed' if self._own is not None and self._own.fd is None else ''}>"
 
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
@@ -862,15 +864,19 @@ def new_map(owner: MapOwner, ptr: CData, btf: CData | None) -> Map:
     return m
 
 
+def _owned(fd: int, what: str, types: Callable[[Any], _map_fd.Types] | None) -> Map:
+    """The Map that owns ``fd`` (a map's; closed on error), typed by ``types(info)`` or from its BTF."""
+    own, found = _map_fd.adopt(fd, what, types)
+    m = Map.__new__(Map)
+    m._setup(None, None, None, own, found)
+    return m
+
+
 def raw_map(m: Map) -> RawMap:
     """``m.raw``: the bytes protocol over ``m``."""
     raw = RawMap.__new__(RawMap)
     raw._map = m
     return raw
-
-
-class _NoBatch(Exception):
-    """The batch command is not available for this map: take the per-element path."""
 
 
 def _described(vt: ValueType | None) -> EventDef | str | None:

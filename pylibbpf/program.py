@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from . import _check, _close, _libbpf
+from . import _check, _close, _kernel, _libbpf, loaded
 from ._attach import DEFAULT_FREQUENCY as DEFAULT_FREQUENCY  # reachable as pylibbpf.program.*
 from ._attach import PERF_EVENTS as PERF_EVENTS
 from ._attach import Attaching, LinkKeeper
@@ -394,6 +394,37 @@ class Program(Attaching):
 
     def __repr__(self) -> str:
         return f"<Program {self.name!r} {self.type_name} sec={self.section!r}>"
+
+    # --- loaded programs by id or pin -----------------------------------------------------------
+
+    @classmethod
+    def from_id(cls, prog_id: int) -> Program:
+        """Open the program with kernel id ``prog_id`` (``bpf_prog_get_fd_by_id``): a Program owning a new fd.
+
+        As a program of :meth:`open_pinned`: ``test_run``, ``stats``, ``pin``
+        and the attach calls that take an fd (``attach_xdp(mode=...)``,
+        ``attach_tcx``) work; close it when done. BPFError (ENOENT) when no
+        program has that id, (EPERM) without CAP_SYS_ADMIN.
+        """
+        prog_id = _check.integer(prog_id, "prog_id", lo=1, hi=_check.UINT32_MAX)
+        what = f"bpf_prog_get_fd_by_id({prog_id})"
+        fd = _kernel.get_fd_by_id("prog", prog_id, what)
+        try:
+            info = loaded.program_info(fd, what)
+        except BaseException:
+            os.close(fd)
+            raise
+        return new_program(None, fd=fd, name=info.name, prog_type=info.type)
+
+    @classmethod
+    def from_pin(cls, path: str | os.PathLike[str]) -> Program:
+        """The program pinned at ``path`` in bpffs: the same as :meth:`open_pinned`."""
+        return cls.open_pinned(path)
+
+    def info(self) -> loaded.ProgramInfo:
+        """What the kernel says of the loaded program (``bpf_prog_get_info_by_fd``): id, name, type, tag."""
+        what = f"bpf_prog_get_info_by_fd({self.name})"
+        return loaded.program_info(self._loaded_fd(what), what)
 
 
 def new_program(ptr: CData, *, alive: Callable[[], object] | None = None, fd: int | None = None,

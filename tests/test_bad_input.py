@@ -34,6 +34,7 @@ from pylibbpf import (
     Histogram,
     Link,
     LoadError,
+    Map,
     OrderedReader,
     PerfBuffer,
     PerfReader,
@@ -671,6 +672,28 @@ CASES: list[Case] = [
          BPFError, r"^\[Errno 16\] program 'run_me' is already loaded: set the attach target before load\(\)"),
     Case("`obj.struct_ops['nope']`", lambda c: c.progs.struct_ops["nope"],
          KeyError, r"^no struct_ops map named 'nope' in programs \(known: none\)$"),
+    # -- objects by id and pin, maps made at run time -----------------------------------------
+    Case("`Map.from_id(0)`", lambda c: Map.from_id(0), ValueError, r"^map_id must be >= 1, got 0$"),
+    Case("`Map.from_id('1')`", lambda c: Map.from_id("1"), TypeError, r"^map_id must be an int, got '1' \(str\)$"),
+    Case("`Map.from_id(2**32 - 2)` (no such map)", lambda c: Map.from_id(2**32 - 2),
+         BPFError, r"\[Errno 2\] No such file or directory: .*bpf_map_get_fd_by_id\(4294967294\)"),
+    Case("`Program.from_id(-1)`", lambda c: Program.from_id(-1), ValueError, r"^prog_id must be >= 1, got -1$"),
+    Case("`Link.from_id(None)`", lambda c: Link.from_id(None), TypeError,  # type: ignore[arg-type]
+         r"^link_id must be an int, got None"),
+    Case("`Map.from_pin('/sys/fs/bpf/plb-nothing')`", lambda c: Map.from_pin("/sys/fs/bpf/plb-nothing"),
+         BPFError, r"\[Errno 2\] No such file or directory: .*bpf_obj_get\(/sys/fs/bpf/plb-nothing\)"),
+    Case("`Map.create('nope', 4, 4, 1)`", lambda c: Map.create("nope", 4, 4, 1),
+         ValueError, r"^type 'nope' is not a map type \(a BPF_MAP_TYPE_\* name"),
+    Case("`Map.create('hash', 4, 8, 1, key_type='u16')`", lambda c: Map.create("hash", 4, 8, 1, key_type="u16"),
+         ValueError, r"^key_type u16 is 2 bytes, key_size is 4$"),
+    Case("`Map.create('hash', 4, 8, 1, value_type=3)`", lambda c: Map.create("hash", 4, 8, 1, value_type=3),  # type: ignore[arg-type]
+         TypeError, r"^value_type must be an EventDef, a scalar type name or None, got int$"),
+    Case("`Map.create('hash', 4, 8, 1, name='x' * 16)`", lambda c: Map.create("hash", 4, 8, 1, name="x" * 16),
+         ValueError, r"^name 'x{16}' is longer than the kernel's 15 characters$"),
+    Case("`Map.create('array', 3, 4, 1)` (array keys are 4 bytes)", lambda c: Map.create("array", 3, 4, 1),
+         BPFError, r"\[Errno 22\] Invalid argument: .*bpf_map_create\(\)"),
+    Case("`m.inner_map = 3`", lambda c: setattr(c.progs.maps["counts"], "inner_map", 3),
+         TypeError, r"^inner_map must be a Map, got int$"),
 
 ]
 

@@ -2,7 +2,7 @@
 
 docs/architecture.md states them: imports run one way (no cycle, function-local
 imports included), no module reads another module's private names, and only
-the compiled-module layer (``_ffi``), the checked layers (``_libbpf``,
+the compiled-module layer (``_ffi``), the checked layers (``_libbpf``, ``_kernel``,
 ``_shim``) call into ``lib``.
 """
 
@@ -16,7 +16,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "pylibbpf"
 
 #: The modules that may use ``lib.<function>``: the compiled module and the checked layers.
-LIB_CALLERS = {"pylibbpf._ffi", "pylibbpf._libbpf", "pylibbpf._libbpf_attach", "pylibbpf._shim"}
+LIB_CALLERS = {"pylibbpf._ffi", "pylibbpf._libbpf", "pylibbpf._libbpf_attach", "pylibbpf._kernel", "pylibbpf._shim"}
 
 
 def module_name(path: Path) -> str:

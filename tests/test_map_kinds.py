@@ -70,7 +70,10 @@ def test_fd_valued_maps_take_objects_and_fds(obj: BPFObject) -> None:
     del jumps[1]
     outer = obj.maps["outer"]
     outer[1] = obj.maps["inner_b"]
-    assert outer[1] > 0 and outer[1] != outer[0]  # map ids
+    with outer[1] as inner_b, outer[0] as inner_a:  # read back: each inner map, opened by its id
+        assert inner_b.info().id == obj.maps["inner_b"].info().id != inner_a.info().id
+        assert inner_a.info().id == obj.maps["inner_a"].info().id
+    assert int.from_bytes(outer.raw[1], "little") == obj.maps["inner_b"].info().id  # the raw value: the id
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind(("127.0.0.1", 0))
         obj.maps["socks"][0] = sock  # its fileno()
