@@ -42,6 +42,7 @@ from pylibbpf import (
     RingBuffer,
     SamplingConsumer,
     UserRingBuffer,
+    btf,
     defevent,
     features,
     make_event_parser,
@@ -617,6 +618,22 @@ CASES: list[Case] = [
     Case("`OrderedReader(map, timestamp=2**64)`", lambda c: OrderedReader(c.ordered.maps["events"], timestamp=2**64),
          ValueError, r"^timestamp offset must be <= 4294967287 \(a u64 inside a record\), got 18446744073709551616$"),
 
+    # -- the kernel's BTF and the feature probes ------------------------------------------------
+    Case("`btf.kernel().field_offset('task_struct', 'no_such')`",
+         lambda c: btf.kernel().field_offset("task_struct", "no_such"),
+         KeyError, r"struct task_struct has no member 'no_such' \(in the BTF of vmlinux\)"),
+    Case("`btf.kernel().field_offset('task_struct', 'sched_reset_on_fork')` (a bitfield)",
+         lambda c: btf.kernel().field_offset("task_struct", "sched_reset_on_fork"),
+         ValueError, r"^task_struct.sched_reset_on_fork is a 1-bit bitfield at bit offset \d+: it has no byte offset"),
+    Case("`btf.kernel().enum_value('bpf_prog_type', 'NOPE')`",
+         lambda c: btf.kernel().enum_value("bpf_prog_type", "NOPE"),
+         KeyError, r"enum bpf_prog_type has no enumerator 'NOPE'"),
+    Case("`btf.kernel(module='../x')`", lambda c: btf.kernel(module="../x"),
+         ValueError, r"^module must be a kernel module's name, got '../x'$"),
+    Case("`features.attach_kind('fentry_multi')`", lambda c: features.attach_kind("fentry_multi"),
+         ValueError, r"^name must be one of 'tp_btf', .*; got 'fentry_multi'$"),
+    Case("`features.tracepoint('../x', 'y')`", lambda c: features.tracepoint("../x", "y"),
+         ValueError, r"^category must be a tracefs event name \(letters, digits, _ . -\), got '../x'$"),
 ]
 
 
