@@ -289,6 +289,7 @@ void plb_full_fence(void);
 
 /* csrc/plb_program.h */
 void plb_iter_info_set_map_fd(union bpf_iter_link_info *info, uint32_t map_fd);
+int plb_multi_link_create(int prog_fd, enum bpf_attach_type attach_type, const char *target, unsigned long offset);
 
 /* csrc/plb_linkinfo.h */
 struct plb_link_fields {

@@ -543,6 +543,11 @@ def btf__parse(path: str, what: str) -> CData:
     return ffi.gc(check_ptr(lib.btf__parse(os.fsencode(path), ffi.NULL), what), lib.btf__free)
 
 
+def btf__parse_split(path: str, base: CData, what: str) -> CData:
+    """Split BTF (a kernel module's, on vmlinux's ``base``), freed when garbage collected (the caller keeps base)."""
+    return ffi.gc(check_ptr(lib.btf__parse_split(os.fsencode(path), base), what), lib.btf__free)
+
+
 # libbpf's btf.h accessors of one btf_type (static inline there, compiled into the module):
 # they read the type record and cannot fail; the caller got the type from btf__type_by_id.
 

@@ -10,6 +10,7 @@ instead, as each function says. The classes call these functions, never
 from __future__ import annotations
 
 import errno
+import os
 from typing import Any
 
 from ._ffi import ffi, lib
@@ -303,6 +304,14 @@ def plb_reader_stats(reader: CData, out: CData) -> None:
 def plb_btf_dump_c(btf: CData, fd: int, what: str) -> None:
     """Write every type of ``btf`` as C declarations to ``fd`` (which stays open)."""
     check(lib.plb_btf_dump_c(btf, fd), what)
+
+
+# --- feature probes (csrc/plb_program.h) -------------------------------------------------------
+
+def plb_multi_link_create(prog_fd: int, attach_type: int, target: str, offset: int, what: str) -> int:
+    """A kprobe_multi link on kernel function ``target``, or a uprobe_multi link on file ``target`` at
+    ``offset``: the link fd (the caller closes it), BPFError with the kernel's errno otherwise."""
+    return check(lib.plb_multi_link_create(prog_fd, attach_type, os.fsencode(target), offset), what)
 
 
 # --- records straight into array rows (csrc/plb_into.h) ----------------------------------------

@@ -25,6 +25,17 @@ above). A type an EventDef cannot hold (a struct with a bitfield...) becomes
 bytes of its size, with the reason kept in ``ValueType.why_bytes``.
 ``datasec_vars(btf, type_id)`` walks a DATASEC (a global-data section) into its
 variables. Nothing here holds the BTF: the caller keeps its owner open.
+
+``kernel()`` is the running kernel's own BTF (:class:`KernelBTF`, loaded once
+and shared): what a tool asks before it picks the programs to load::
+
+    from pylibbpf import btf
+    k = btf.kernel()
+    k.has_field("task_struct", "__state")        # True on kernels since 5.14
+    k.field_offset("task_struct", "pid")         # the byte offset, as the compiler laid it out
+    k.enum_value("bpf_prog_type", "BPF_PROG_TYPE_TRACING")
+    k.type("sched_entity").members               # BTFType: kind, name, size, members / values
+    btf.kernel(module="nf_tables")               # a module's BTF, split on vmlinux's
 """
 
 from __future__ import annotations
@@ -37,6 +48,12 @@ from typing import Any
 
 from . import _check, _libbpf
 from ._ffi import lib
+from ._kernel_btf import SYSFS_BTF_DIR as SYSFS_BTF_DIR
+from ._kernel_btf import BTFMember as BTFMember
+from ._kernel_btf import BTFType as BTFType
+from ._kernel_btf import KernelBTF as KernelBTF
+from ._kernel_btf import enumerators
+from ._kernel_btf import kernel as kernel
 from .events import EventDef, EventRecord
 
 CData = Any
@@ -468,7 +485,7 @@ def value_type(btf: CData, type_id: int, label: str) -> ValueType:
         return IntType(_INT_NAMES[(int(t.size), signed)], int(t.size), signed)
     if kind in (lib.BTF_KIND_ENUM, lib.BTF_KIND_ENUM64):
         signed = bool(_libbpf.btf_kflag(t))
-        return IntType(_INT_NAMES[(int(t.size), signed)], int(t.size), signed, enumerators=_enumerators(btf, t))
+        return IntType(_INT_NAMES[(int(t.size), signed)], int(t.size), signed, enumerators=enumerators(btf, t))
     if kind == lib.BTF_KIND_PTR:
         return IntType("ptr", 8, False)
     if kind == lib.BTF_KIND_FLOAT and t.size in (4, 8):
@@ -510,24 +527,6 @@ def _char_name(btf: CData, type_id: int) -> str:
     return str(_libbpf.btf__name_by_offset(btf, t.name_off))
 
 
-def _enumerators(btf: CData, t: CData) -> dict[str, int]:
-    out = {}
-    if _libbpf.btf_kind(t) == lib.BTF_KIND_ENUM:
-        items = _libbpf.btf_enum(t)
-        signed = _libbpf.btf_kflag(t)
-        for i in range(_libbpf.btf_vlen(t)):
-            value = int(items[i].val)
-            out[_libbpf.btf__name_by_offset(btf, items[i].name_off)] = value if signed else value & 0xFFFFFFFF
-    else:
-        items64 = _libbpf.btf_enum64(t)
-        for i in range(_libbpf.btf_vlen(t)):
-            value = int(_libbpf.btf_enum64_value(items64 + i))
-            if _libbpf.btf_kflag(t) and value >= 1 << 63:
-                value -= 1 << 64
-            out[_libbpf.btf__name_by_offset(btf, items64[i].name_off)] = value
-    return out
-
-
 @dataclass(frozen=True)
 class DataSecVar:
     """One variable of a global-data section: its name, byte offset, size and BTF type id."""
@@ -556,4 +555,3 @@ def datasec_vars(btf: CData, type_id: int) -> tuple[str, list[DataSecVar]] | Non
         out.append(DataSecVar(_libbpf.btf__name_by_offset(btf, var.name_off), int(info.offset), int(info.size),
                               int(var.type)))
     return section, out
-

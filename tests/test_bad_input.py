@@ -43,6 +43,7 @@ from pylibbpf import (
     RingBuffer,
     SamplingConsumer,
     UserRingBuffer,
+    btf,
     defevent,
     features,
     make_event_parser,
@@ -695,6 +696,22 @@ CASES: list[Case] = [
     Case("`m.inner_map = 3`", lambda c: setattr(c.progs.maps["counts"], "inner_map", 3),
          TypeError, r"^inner_map must be a Map, got int$"),
 
+    # -- the kernel's BTF and the feature probes ------------------------------------------------
+    Case("`btf.kernel().field_offset('task_struct', 'no_such')`",
+         lambda c: btf.kernel().field_offset("task_struct", "no_such"),
+         KeyError, r"struct task_struct has no member 'no_such' \(in the BTF of vmlinux\)"),
+    Case("`btf.kernel().field_offset('task_struct', 'sched_reset_on_fork')` (a bitfield)",
+         lambda c: btf.kernel().field_offset("task_struct", "sched_reset_on_fork"),
+         ValueError, r"^task_struct.sched_reset_on_fork is a 1-bit bitfield at bit offset \d+: it has no byte offset"),
+    Case("`btf.kernel().enum_value('bpf_prog_type', 'NOPE')`",
+         lambda c: btf.kernel().enum_value("bpf_prog_type", "NOPE"),
+         KeyError, r"enum bpf_prog_type has no enumerator 'NOPE'"),
+    Case("`btf.kernel(module='../x')`", lambda c: btf.kernel(module="../x"),
+         ValueError, r"^module must be a kernel module's name, got '../x'$"),
+    Case("`features.attach_kind('fentry_multi')`", lambda c: features.attach_kind("fentry_multi"),
+         ValueError, r"^name must be one of 'tp_btf', .*; got 'fentry_multi'$"),
+    Case("`features.tracepoint('../x', 'y')`", lambda c: features.tracepoint("../x", "y"),
+         ValueError, r"^category must be a tracefs event name \(letters, digits, _ . -\), got '../x'$"),
 ]
 
 

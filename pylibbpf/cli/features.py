@@ -21,8 +21,15 @@ NEEDS = {
     "attach_perf_event (software events)": ("program_type(perf_event)",),
     "attach_perf_event (hardware events)": ("program_type(perf_event)", "hardware_pmu"),
     "attach_xdp": ("program_type(xdp)",),
-    "attach_tcx": ("program_type(sched_cls)",),
+    "attach_tcx": ("program_type(sched_cls)", "attach_kind(tcx)"),
     "attach_cgroup": ("program_type(cgroup_sock)", "cgroup2"),
+    'SEC("tp_btf")': ("attach_kind(tp_btf)",),
+    'SEC("fentry")': ("attach_kind(fentry)",),
+    'SEC("fexit")': ("attach_kind(fexit)",),
+    'SEC("lsm")': ("attach_kind(lsm)",),
+    'SEC("kprobe.multi")': ("attach_kind(kprobe_multi)",),
+    'SEC("uprobe.multi")': ("attach_kind(uprobe_multi)",),
+    'SEC("netkit")': ("attach_kind(netkit)",),
     "UserRingBuffer": ("map_type(user_ringbuf)", "helper(syscall, user_ringbuf_drain)"),
 }
 
@@ -34,6 +41,19 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the probes' answers as JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="show libbpf's messages")
     p.set_defaults(func=cmd_features)
+
+
+def why(missing: list[str]) -> str:
+    """What the report lacks; an attach kind says why (probed again, for its reason)."""
+    kinds = [n.removeprefix("attach_kind(").removesuffix(")") for n in missing if n.startswith("attach_kind(")]
+    if kinds and len(kinds) == len(missing):
+        try:
+            reason = features.attach_kind_missing(kinds[0])
+        except BPFError:
+            reason = None
+        if reason:
+            return reason
+    return "missing " + ", ".join(missing)
 
 
 def cmd_features(args: argparse.Namespace) -> int:
@@ -50,6 +70,6 @@ def cmd_features(args: argparse.Namespace) -> int:
     lines = []
     for name, needs in NEEDS.items():
         missing = [n for n in needs if not report[n]]
-        lines.append(f"{name:<{width}}  {'yes' if not missing else 'no: missing ' + ', '.join(missing)}\n")
+        lines.append(f"{name:<{width}}  {'yes' if not missing else 'no: ' + why(missing)}\n")
     write_output(sys.stdout, "".join(lines))
     return 0
