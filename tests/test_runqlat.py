@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 from progs import TracingStderr, ctrl_c_after_line, with_default_sigint
 
+from pylibbpf import btf
 from pylibbpf.cli import BUNDLED_DIR
-from pylibbpf.cli.runqlat import cmd_runqlat, open_runqlat, read_histograms
+from pylibbpf.cli.runqlat import choose_flavour, cmd_runqlat, open_runqlat, read_histograms
 
 COMMAND = [sys.executable, "-m", "pylibbpf", "runqlat"]
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,7 +176,7 @@ def test_duration_and_usage_errors() -> None:
 @pytest.mark.parametrize("flavour", ["tp_btf", "raw_tp"])
 def test_both_program_sets_count(workload: Workload, flavour: str) -> None:
     # The command picks tp_btf on this kernel; the raw_tp set is what older kernels get.
-    obj, used = open_runqlat(pid=workload.pid, per_process=True, milliseconds=False, flavours=(flavour,))
+    obj, used = open_runqlat(pid=workload.pid, per_process=True, milliseconds=False, flavour=flavour)
     with obj:
         assert used == flavour
         loaded = {p.section.split("/")[0] for p in obj.programs.values() if p.fd >= 0}
@@ -196,7 +197,19 @@ def test_both_program_sets_count(workload: Workload, flavour: str) -> None:
                 link.destroy()
 
 
-def test_default_flavour_is_tp_btf_here() -> None:
+def test_default_flavour_is_chosen_before_load(monkeypatch: pytest.MonkeyPatch) -> None:
     obj, used = open_runqlat(pid=None, per_process=False, milliseconds=True)
     with obj:
-        assert used == "tp_btf"
+        assert used == "tp_btf"  # this kernel takes tp_btf and types the sched tracepoints
+    assert choose_flavour() == "tp_btf"
+    # a kernel whose BTF lacks a tracepoint's type gets raw_tp, with no load tried first
+    real = btf.kernel()
+    monkeypatch.setattr(btf.KernelBTF, "has_type", lambda self, name, *kind: name != "btf_trace_sched_switch")
+    assert choose_flavour() == "raw_tp"
+    obj, used = open_runqlat(pid=None, per_process=False, milliseconds=True)
+    with obj:
+        assert used == "raw_tp"
+        assert {p.section.split("/")[0] for p in obj.programs.values() if p.autoload} == {"raw_tp"}
+    assert real is btf.kernel()
+    with pytest.raises(ValueError, match="flavour must be one of tp_btf, raw_tp, got 'kprobe'"):
+        open_runqlat(pid=None, per_process=False, milliseconds=True, flavour="kprobe")

@@ -8,8 +8,10 @@ The bundled ``runqlat.bpf.o`` (``csrc/bpf/runqlat.bpf.c``) records when a task
 is queued (sched_wakeup, sched_wakeup_new, or a preemption seen in
 sched_switch) and counts the wait when sched_switch runs it, in log2 slots of
 microseconds (``-m``: milliseconds) in a hash map keyed by (pid, slot). Its
-programs come in two flavours: tp_btf, used when the kernel takes it, and
-raw_tp otherwise (the object is reloaded with the other set on a refusal).
+programs come in two flavours: tp_btf, used when the kernel takes tp_btf
+programs and types the sched tracepoints in its BTF, and raw_tp otherwise;
+the choice is made before load (:func:`choose_flavour`, through
+``pylibbpf.features`` and ``pylibbpf.btf.kernel()``), not by a refused load.
 
 Every ``--interval`` seconds (default: once, at the end) the counts are read,
 cleared and printed as bcc's runqlat prints them; after ``--count`` intervals,
@@ -28,7 +30,8 @@ import threading
 import time
 from typing import Any, TextIO
 
-from ..errors import BPFError, LoadError
+from .. import btf, features
+from ..errors import BPFError
 from ..hist import Histogram
 from ..maps import Map
 from ..object import BPFObject
@@ -49,41 +52,49 @@ from ._common import (
     positive_int,
 )
 
-#: The program sets of runqlat.bpf.o, in the order they are tried (the section prefix names each).
+#: The program sets of runqlat.bpf.o (the section prefix names each), the preferred first.
 FLAVOURS = ("tp_btf", "raw_tp")
+#: The tracepoints runqlat's programs attach to.
+TRACEPOINTS = ("sched_wakeup", "sched_wakeup_new", "sched_switch")
 #: Seconds between two looks at the clock, stdout and the status line.
 _TICK = 0.2
 
 
-def open_runqlat(*, pid: int | None, per_process: bool, milliseconds: bool, verbose: bool = False,
-                 flavours: tuple[str, ...] = FLAVOURS) -> tuple[BPFObject, str]:
-    """runqlat.bpf.o configured and loaded with the first program set the kernel takes: (object, flavour).
+def choose_flavour() -> str:
+    """The program set this kernel runs, chosen before load: ``tp_btf`` when it takes tp_btf programs
+    (:func:`pylibbpf.features.attach_kind`) and its BTF types every tracepoint runqlat needs
+    (``btf_trace_<name>``, through :func:`pylibbpf.btf.kernel`), else ``raw_tp``."""
+    try:
+        if not features.attach_kind("tp_btf"):
+            return "raw_tp"
+        kernel_btf = btf.kernel()
+    except (BPFError, OSError):
+        return "raw_tp"
+    return "tp_btf" if all(kernel_btf.has_type(f"btf_trace_{tp}") for tp in TRACEPOINTS) else "raw_tp"
 
-    The caller owns the object (close it). CommandError when no set loads
-    (the last refusal is the one reported).
+
+def open_runqlat(*, pid: int | None, per_process: bool, milliseconds: bool, verbose: bool = False,
+                 flavour: str | None = None) -> tuple[BPFObject, str]:
+    """runqlat.bpf.o configured and loaded with one program set: (object, flavour).
+
+    ``flavour`` (one of :data:`FLAVOURS`) defaults to :func:`choose_flavour`'s
+    answer: the set is chosen before load, never by a refused load. The
+    caller owns the object (close it). CommandError when the kernel refuses it.
     """
-    for i, flavour in enumerate(flavours):
-        obj = open_bundled("runqlat")
-        try:
-            _configure(obj, pid=pid, per_process=per_process, milliseconds=milliseconds)
-            for prog in obj.programs.values():
-                prog.autoload = prog.section.startswith(flavour + "/")
-            if i + 1 < len(flavours):
-                try:
-                    obj.load()
-                    return obj, flavour
-                except LoadError as e:
-                    if verbose:
-                        sys.stderr.write(f"runqlat: the kernel refused the {flavour} programs ({e.strerror}); "
-                                         f"trying {flavours[i + 1]}\n")
-                    obj.close()
-                    continue
-            load_object(obj, verbose)
-            return obj, flavour
-        except BaseException:
-            obj.close()
-            raise
-    raise ValueError("flavours must name at least one program set")
+    if flavour is None:
+        flavour = choose_flavour()
+    elif flavour not in FLAVOURS:
+        raise ValueError(f"flavour must be one of {', '.join(FLAVOURS)}, got {flavour!r}")
+    obj = open_bundled("runqlat")
+    try:
+        _configure(obj, pid=pid, per_process=per_process, milliseconds=milliseconds)
+        for prog in obj.programs.values():
+            prog.autoload = prog.section.startswith(flavour + "/")
+        load_object(obj, verbose)
+    except BaseException:
+        obj.close()
+        raise
+    return obj, flavour
 
 
 def _configure(obj: BPFObject, *, pid: int | None, per_process: bool, milliseconds: bool) -> None:
