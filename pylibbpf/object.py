@@ -257,8 +257,10 @@ class BPFObject:
         ``autoattach`` off, and programs whose SEC() does not say where to
         attach (``SEC("perf_event")``, ``SEC("xdp")``, ``SEC("syscall")``, a
         bare ``SEC("uprobe")`` or one naming no binary, ...): those take an
-        ``attach_*`` call with parameters. If an attach fails, the links
-        already made are destroyed and the error is raised.
+        ``attach_*`` call with parameters. Every struct_ops map is then
+        registered (:meth:`StructOps.attach`), as a C skeleton's attach does.
+        If an attach fails, the links already made are destroyed and the error
+        is raised.
         """
         self._check()
         links: list[Link] = []
@@ -274,6 +276,8 @@ class BPFObject:
                             raise
                         why = str(e.strerror)
                 logger.info("attach_all(%s): skipped program %r: %s", self._name, prog.name, why)
+            for ops in self.struct_ops.values():
+                links.append(ops.attach())
         except BaseException:
             for link in links:
                 link.destroy()

@@ -426,15 +426,30 @@ def available_cc() -> list[str]:
     return Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
 
 
+def _rename_cc(o: BPFObject, name: bytes) -> None:
+    """Rename the congestion control (tcp_congestion_ops.name) so that concurrent runs do not collide."""
+    offset = o.btf_struct("tcp_congestion_ops").offset("name")
+    size = ffi.new("size_t *")
+    data = lib.bpf_map__initial_value(o.struct_ops["plb_cc"].map.c_ptr, size)
+    ffi.memmove(data + offset, name.ljust(16, b"\0"), 16)
+
+
+def test_attach_all_registers_struct_ops_as_a_skeleton_does(bpf_objects: dict[str, Path]) -> None:
+    name = f"plc{PID}".encode()
+    with BPFObject.open(bpf_objects["tcp_cc"]) as o:
+        _rename_cc(o, name)
+        o.load()
+        assert len(o.attach_all()) == 1  # the struct_ops link; the caller keeps none of it
+        assert name.decode() in available_cc()
+        assert len(o.links) == 1
+    assert name.decode() not in available_cc()  # the object's close() unregistered it
+
+
 def test_struct_ops_registers_a_tcp_congestion_control(bpf_objects: dict[str, Path]) -> None:
     name = f"plb{PID}".encode()
     with BPFObject.open(bpf_objects["tcp_cc"]) as o:
         ops = o.struct_ops["plb_cc"]
-        # Rename it (tcp_congestion_ops.name) so that concurrent runs do not collide.
-        offset = o.btf_struct("tcp_congestion_ops").offset("name")
-        size = ffi.new("size_t *")
-        data = lib.bpf_map__initial_value(ops.map.c_ptr, size)
-        ffi.memmove(data + offset, name.ljust(16, b"\0"), 16)
+        _rename_cc(o, name)
         with pytest.raises(BPFError, match=r"call BPFObject\.load\(\) first"):
             ops.attach()
         o.load()
