@@ -23,7 +23,7 @@ LIBBPF_A   := vendor/libbpf/build/install/lib/libbpf.a
 EXT_SRCS   := build_ffi.py $(wildcard cdef/*.h csrc/*.c csrc/*.h csrc/bpf/* pylibbpf/include/pylibbpf/*.h) pylibbpf/_version.py $(LIBBPF_A)
 EXT_STAMP  := .stamp-ext
 
-.PHONY: setup deps libbpf build test lint pytest docs demo bench sanitize fuzz clean wheel sdist test-matrix test-loaded
+.PHONY: setup deps test-deps libbpf build test lint pytest docs demo bench sanitize fuzz clean wheel sdist test-matrix test-loaded
 
 setup: deps $(LIBBPF_A) $(VENV)/.stamp-venv
 
@@ -60,8 +60,18 @@ lint: build
 	$(VPY) -m ruff check .
 	$(VPY) -m mypy
 
+# Debian packages only the tests use: a real Prometheus server scrapes `pylibbpf exporter`.
+TEST_APT_PKGS := prometheus
+test-deps:
+	@missing=$$(for p in $(TEST_APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing: $$missing"; \
+		if [ "$$(id -u)" != 0 ]; then SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
 # pytest exit code 5 means "no tests collected": never a pass here.
-pytest: build
+pytest: build test-deps
 	PYLIBBPF_REQUIRE_BPF=1 $(VPY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 

@@ -10,6 +10,7 @@
     pylibbpf runqlat [--interval S [--count N]] [-m] [--pid P] [--per-process] [--json]   (cli/runqlat.py)
     pylibbpf build PROG.bpf.c [-o PROG.bpf.o]      (cli/build.py)
     pylibbpf profile [--frequency HZ] [--cpu N] [--pid P] [--duration S] [--folded|--json]   (cli/profile.py)
+    pylibbpf exporter CONFIG.yaml [--listen HOST:PORT] [--metrics-path /metrics]   (cli/exporter.py)
 
 This module parses the command line and dispatches; each command is a module
 of its own (``cli/trace.py``, ``cli/inspect.py``, ``cli/features.py``, ...)
@@ -44,6 +45,7 @@ from ._common import CommandError
 from ._common import Terminate as _Terminate
 from ._common import on_sigterm as _on_sigterm
 from .build import add_parser as add_build_parser
+from .exporter import add_parser as add_exporter_parser
 from .features import add_parser as add_features_parser
 from .inspect import add_parser as add_inspect_parser
 from .profile import add_parser as add_profile_parser
@@ -91,6 +93,7 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     add_runqlat_parser(sub)
     add_build_parser(sub)
     add_profile_parser(sub)
+    add_exporter_parser(sub)
     return parser, dict(sub.choices)
 
 
