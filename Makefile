@@ -102,6 +102,7 @@ demo: build
 bench: build
 	$(VPY) -m benchmarks --json benchmarks/results/latest.json
 	$(VPY) -m benchmarks.symbols
+	$(VPY) -m benchmarks.exporter
 
 sanitize: deps
 	$(MAKE) -s -C tests/c run

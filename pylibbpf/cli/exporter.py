@@ -55,7 +55,8 @@ def cmd_exporter(args: argparse.Namespace) -> int:
             bound = exporter.serve(host, port, args.metrics_path)
         except OSError as e:
             raise CommandError(f"cannot listen on {host or '*'}:{port}: {e.strerror}") from e
-        sys.stderr.write(f"pylibbpf exporter: {len(config.programs)} programs attached; serving "
+        n = len(config.programs)
+        sys.stderr.write(f"pylibbpf exporter: {n} program{'s' if n != 1 else ''} attached; serving "
                          f"http://{bound[0] or '0.0.0.0'}:{bound[1]}{args.metrics_path}\n")
         sys.stderr.flush()
         try:
