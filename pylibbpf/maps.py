@@ -18,8 +18,8 @@ import abc
 import errno
 import os
 import struct
-from collections.abc import ItemsView, Iterable, Iterator, Mapping, MutableMapping, Sequence, ValuesView
-from typing import Any, Protocol
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, MutableMapping, Sequence, ValuesView
+from typing import TYPE_CHECKING, Any, Generic, Protocol
 
 from . import _check, _libbpf
 from ._ffi import ffi, lib
@@ -52,6 +52,16 @@ class MapOwner(Protocol):
     @property
     def c_ptr(self) -> CData: ...
 
+
+if TYPE_CHECKING:  # defaults (PEP 696): a bare ``Map`` is ``Map[Any, Any]``; only type checkers read them
+    from typing_extensions import TypeVar
+
+    K = TypeVar("K", default=Any)
+    V = TypeVar("V", default=Any)
+else:
+    from typing import TypeVar
+
+    K, V = TypeVar("K"), TypeVar("V")
 
 _NO_KEY: Any = object()  # pop()'s "no argument" marker: None is a key or a default like any other
 
@@ -352,8 +362,8 @@ class RawMap(_Elements):
         return f"<RawMap {self._map.name!r}>"
 
 
-class Map(_Elements):
-    """One map of a BPFObject (``bpf_map``): a typed ``MutableMapping``.
+class Map(_Elements, Generic[K, V]):
+    """One map of a BPFObject (``bpf_map``): a typed ``MutableMapping``, ``Map[K, V]`` to type checkers.
 
     Keys and values are typed from the map's BTF: ints, bools, str for char
     arrays, tuples for other arrays, records (``EventDef.parse`` results) for
@@ -373,6 +383,20 @@ class Map(_Elements):
     Array maps: ``del`` is a TypeError (their elements always exist) and
     ``len`` is ``max_entries``.
     """
+
+    if TYPE_CHECKING:  # the element protocol in the map's key and value types (a generated skeleton's maps)
+        def __getitem__(self, key: K) -> V: ...
+        def __setitem__(self, key: K, value: V) -> None: ...
+        def __delitem__(self, key: K) -> None: ...
+        def __iter__(self) -> Iterator[K]: ...
+        def lookup(self, key: K) -> V | None: ...
+        def keys(self) -> KeysView[K]: ...
+        def values(self) -> ValuesView[V]: ...
+        def items(self) -> ItemsView[K, V]: ...
+        def lookup_batch(self) -> list[tuple[K, V]]: ...
+        def pop_items(self) -> list[tuple[K, V]]: ...
+        def update_batch(self, mapping: Mapping[K, V] | Iterable[tuple[K, V]], flags: int = 0) -> None: ...
+        def delete_batch(self, keys: Iterable[K]) -> int: ...
 
     def __init__(self) -> None:
         """Not called directly: a map comes from ``obj.maps[name]``."""
