@@ -36,7 +36,7 @@ from .events import (
     make_event_parser,
     make_event_serializer,
 )
-from .globals import Globals
+from .globals import Globals, RawGlobals
 from .hist import Histogram
 from .link import Link
 from .maps import Map, RawMap
@@ -90,6 +90,7 @@ __all__ = [
     "ProcessSymbols",
     "Program",
     "ProgramStats",
+    "RawGlobals",
     "RawMap",
     "Record",
     "RingBufConsumer",
