@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol
 
 from . import _check, _libbpf
 from ._ffi import ffi, lib
-from ._map_types import ARRAY_TYPES, FD_VALUES, INT_VALUES, KEYLESS, NO_ELEMENTS, PER_CPU_TYPES
+from ._map_types import ARRAY_TYPES, FD_VALUES, INT_VALUES, KEYLESS, NO_ELEMENTS, PER_CPU_TYPES, K, V
 from .btf import BytesType, FdValueType, ValueType, value_type, value_type_of_u32
 from .errors import BPFError
 from .events import EventDef
@@ -52,16 +52,6 @@ class MapOwner(Protocol):
     @property
     def c_ptr(self) -> CData: ...
 
-
-if TYPE_CHECKING:  # defaults (PEP 696): a bare ``Map`` is ``Map[Any, Any]``; only type checkers read them
-    from typing_extensions import TypeVar
-
-    K = TypeVar("K", default=Any)
-    V = TypeVar("V", default=Any)
-else:
-    from typing import TypeVar
-
-    K, V = TypeVar("K"), TypeVar("V")
 
 _NO_KEY: Any = object()  # pop()'s "no argument" marker: None is a key or a default like any other
 
