@@ -152,7 +152,7 @@ def zero(t: TypeRef) -> str:
     return f"({zero(t.elem)},) * {t.count}"
 
 
-def spec(t: TypeRef) -> str:
+def spec(t: TypeRef) -> str | Br:
     """The :class:`pylibbpf.skel.Spec` expression that writes ``t``."""
     if isinstance(t, Scalar):
         if t.py == "bool":
@@ -168,43 +168,55 @@ def spec(t: TypeRef) -> str:
         return f"{_SK}.Raw({t.size})"
     if isinstance(t, StructModel):
         return t.const
-    return f"{_SK}.Array({spec(t.elem)}, {t.count})"
+    return Br(f"{_SK}.Array", [spec(t.elem), str(t.count)])
 
 
 def loader(t: StructModel) -> str:
     return f"_load_{t.const.lower()}"
 
 
-def _ix(c: int, terms: list[tuple[int, str]]) -> str:
-    parts = [str(c)] if c or not terms else []
-    return " + ".join(parts + [v if k == 1 else f"{k} * {v}" for k, v in terms])
+def _slice(c: int, n: int) -> str:
+    return f"r[{c}:{c + n}]"
 
 
-def _slice(c: int, terms: list[tuple[int, str]], n: int) -> str:
-    sep = " : " if terms else ":"
-    return f"r[{_ix(c, terms)}{sep}{_ix(c + n, terms)}]"
+class Loads:
+    """Load expressions, and the module-level functions that load an array's elements where an
+    element is neither a struct (its own loader) nor a plain value (a slice is its tuple)."""
 
+    def __init__(self) -> None:
+        self.functions: dict[str, tuple[str, TypeRef]] = {}  # name -> (annotation, element type)
 
-def load(t: TypeRef, c: int, terms: list[tuple[int, str]]) -> str:
-    """The expression reading ``t`` from row ``r`` at slot ``c`` (plus ``terms``, loop offsets)."""
-    if isinstance(t, (Scalar, Raw)):
-        return f"r[{_ix(c, terms)}]"
-    if isinstance(t, Text):
-        return f"_text(r[{_ix(c, terms)}])"
-    if isinstance(t, EnumModel):
-        return f"{t.cls}(r[{_ix(c, terms)}])"
-    if isinstance(t, StructModel):
-        return f"{loader(t)}({_slice(c, terms, slots(t))})"
-    elem = t.elem
-    if isinstance(elem, (Scalar, Raw)):
-        return _slice(c, terms, t.count)
-    if isinstance(elem, Text):
-        return f"tuple(map(_text, {_slice(c, terms, t.count)}))"
-    if isinstance(elem, EnumModel):
-        return f"tuple(map({elem.cls}, {_slice(c, terms, t.count)}))"
-    var = "j" + (str(len(terms)) if terms else "")
-    inner = load(elem, c, [*terms, (slots(elem), var)])
-    return f"tuple({inner} for {var} in range({t.count}))"
+    def of(self, t: TypeRef, c: int) -> str | Br:
+        """The expression reading ``t`` from row ``r`` at slot ``c``."""
+        if isinstance(t, (Scalar, Raw)):
+            return f"r[{c}]"
+        if isinstance(t, Text):
+            return f"_text(r[{c}])"
+        if isinstance(t, EnumModel):
+            return f"{t.cls}(r[{c}])"
+        if isinstance(t, StructModel):
+            return f"{loader(t)}({_slice(c, slots(t))})"
+        elem = t.elem
+        if isinstance(elem, (Scalar, Raw)):
+            return _slice(c, t.count)
+        if isinstance(elem, Text):
+            return f"tuple(map(_text, {_slice(c, t.count)}))"
+        if isinstance(elem, EnumModel):
+            return f"tuple(map({elem.cls}, {_slice(c, t.count)}))"
+        return Br(f"{_SK}.items", ["r", str(c), str(slots(elem)), str(t.count), self.element(elem)])
+
+    def element(self, elem: TypeRef) -> str:
+        """What loads one element of an array from its own slice (``None``: the slice itself)."""
+        if isinstance(elem, StructModel):
+            return loader(elem)
+        if isinstance(elem, ArrayRef) and isinstance(elem.elem, (Scalar, Raw)):
+            return "None"
+        name = f"_load_elem{len(self.functions) + 1}"
+        for known, (_, t) in self.functions.items():
+            if t == elem:
+                return known
+        self.functions[name] = (annotation(elem), elem)
+        return name
 
 
 def plain(t: StructModel) -> bool:
@@ -223,6 +235,7 @@ class Emitter:
         self.events, self.name = events, name
         self.out: list[str] = []
         self.value_codecs: dict[str, tuple[TypeRef, str]] = {}  # constant -> (type, what)
+        self.loads = Loads()
 
     def emit(self) -> str:
         self.header()
@@ -231,6 +244,7 @@ class Emitter:
         for s in self.m.structs:
             self.struct(s)
         self.codecs()
+        self.element_loaders()
         self.skeleton()
         self.object()
         return "\n".join(self.out).rstrip("\n") + "\n"
@@ -289,7 +303,7 @@ class Emitter:
         if plain(s):
             self.line(f"    return _new({s.cls}, r)")
         else:
-            values = Br("", [load(f.type, c, []) for f, c in zip(s.fields, _starts(s))], tuple_=True)
+            values = Br("", [self.loads.of(f.type, c) for f, c in zip(s.fields, _starts(s))], tuple_=True)
             self.line(*lay(Br("_new", [s.cls, values]), 4, "return "))
         self.blank()
         fields = Br("", [Br("", [f'"{f.attr}"', spec(f.type)]) for f in s.fields], tuple_=True)
@@ -297,6 +311,24 @@ class Emitter:
         if plain(s):
             args.append("plain=True")
         self.line(*lay(Br(f"{_SK}.Codec", args), 0, f"{s.const}: typing.Final = "))
+
+    def top_load(self, t: TypeRef) -> str | Br:
+        """The load expression of a whole value; a bare row value is cast to its type (mypy
+        --strict: the row holds Any)."""
+        got = self.loads.of(t, 0)
+        return Br("typing.cast", [annotation(t), got]) if isinstance(t, (Scalar, Raw)) else got
+
+    def element_loaders(self) -> None:
+        """The functions :class:`Loads` asked for (each may ask for more)."""
+        done: set[str] = set()
+        while len(done) < len(self.loads.functions):
+            for name, (ann, elem) in list(self.loads.functions.items()):
+                if name in done:
+                    continue
+                done.add(name)
+                self.blank()
+                self.line(f"def {name}(r: tuple[typing.Any, ...]) -> {ann}:")
+                self.line(*lay(self.top_load(elem), 4, "return "))
 
     @staticmethod
     def codec_name(t: TypeRef, const: str) -> str:
@@ -316,7 +348,7 @@ class Emitter:
         for const, (t, _) in self.value_codecs.items():
             self.blank()
             self.line(f"def _load{const.lower()}(r: tuple[typing.Any, ...]) -> {annotation(t)}:")
-            self.line(*lay(load(t, 0, []), 4, "return "))
+            self.line(*lay(self.top_load(t), 4, "return "))
             self.blank()
             args: list[str | Br] = [f'"{ctype(t)}"', spec(t), f"_load{const.lower()}", zero(t)]
             self.line(*lay(Br(f"{_SK}.value_codec", args), 0, f"{const}: typing.Final = "))

@@ -545,9 +545,9 @@ class _Reader:
                 raise ValueError(f"event {spec.map_name}=struct {spec.struct}: the object has no map "
                                  f"{spec.map_name!r} (ring buffers and perf event arrays: {known or 'none'})")
             if _libbpf.bpf_map__type(m) not in readers:
-                raise ValueError(f"event {spec.map_name}=struct {spec.struct}: map {spec.map_name!r} is a "
-                                 f"{_libbpf.libbpf_map_type_str(_libbpf.bpf_map__type(m))}, not a ring buffer "
-                                 "or perf event array")
+                kind = _libbpf.libbpf_map_type_str(_libbpf.bpf_map__type(m))
+                raise ValueError(f"event {spec.map_name}=struct {spec.struct}: map {spec.map_name!r} ({kind}) is "
+                                 "not a ring buffer or perf event array")
             chosen[spec.map_name] = spec.struct
         hinted = self.hinted_structs()
         out = []

@@ -342,6 +342,8 @@ def skeleton(object_path: str | os.PathLike[str], output: str | os.PathLike[str]
     out = Path(_check.path(output, "output")) if output is not None else default_skeleton(obj, name)
     if out.suffix != ".py" or not out.stem.isidentifier():
         raise ValueError(f"output must be a module file NAME.py with NAME an identifier, got {str(out)!r}")
+    if not obj.is_file():
+        raise FileNotFoundError(f"object_path: no such file {str(obj)!r}")
     data = obj.read_bytes()
     relative = None if embed else os.path.relpath(obj.resolve(), out.resolve().parent)
     text = generate(data, object_name=obj.name, module_name=out.stem, events=_event_specs(events),

@@ -61,6 +61,13 @@ def text(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
+def items(row: Row, start: int, width: int, count: int, load: Callable[[Row], Any] | None) -> tuple[Any, ...]:
+    """An array's ``count`` elements, each ``width`` values of ``row`` from ``start`` on, loaded by
+    ``load`` (None: the values themselves, as a tuple)."""
+    parts = [row[start + i * width:start + (i + 1) * width] for i in range(count)]
+    return tuple(parts) if load is None else tuple(map(load, parts))
+
+
 class SkelEnum(enum.IntEnum):
     """Base of a skeleton's enums: a value no enumerator has still reads (the C side may
     store any number), as a member named by the number that equals it."""
@@ -114,6 +121,10 @@ class Int(Spec):
 
 class Bool(Spec):
     fmt, ctype, zero = "?", "bool", False
+
+    def row(self, value: Any, label: str) -> Row:
+        self.check(value, label)  # struct's "?" would take any object as its truth value
+        return (value,)
 
     def check(self, value: Any, label: str) -> None:
         if not isinstance(value, bool) and value not in (0, 1):
@@ -211,8 +222,10 @@ class Codec(Spec, Generic[T]):
     builds it, in C). ``zero`` is the all-zero value.
     """
 
+    zero: Any
+
     def __init__(self, name: str, fmt: str, load: Callable[[Row], T], fields: Sequence[tuple[str, Spec]], *,
-                 zero: T, plain: bool = False) -> None:
+                 zero: Any, plain: bool = False) -> None:
         self.name, self.ctype = name, name
         self.struct = struct.Struct(fmt)
         self.size = self.struct.size
@@ -314,7 +327,7 @@ class Codec(Spec, Generic[T]):
             raise
 
 
-def value_codec(name: str, spec: Spec, load: Callable[[Row], T], zero: T) -> Codec[T]:
+def value_codec(name: str, spec: Spec, load: Callable[[Row], T], zero: Any) -> Codec[T]:
     """A codec for a value that is not a struct (an enum, an array of structs...) as a map's key
     or value or a global: ``spec`` writes it, ``load`` reads it from its values."""
     return Codec(name, "<" + spec.fmt, load, (("", spec),), zero=zero)
@@ -525,8 +538,9 @@ class Skeleton:
             missing += [f"program {n!r}" for n in cls.PROGRAM_NAMES if n not in obj.programs]
             missing += [f"global {n!r}" for n in cls.GLOBAL_NAMES if n not in obj.globals]
             if missing:
-                raise ValueError(f"{cls.__name__}: the object {obj.name!r} has no {', '.join(missing)}: the "
-                                 "skeleton was generated from another object (generate it again)")
+                more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+                raise ValueError(f"{cls.__name__}: the object {obj.name!r} has no {', '.join(missing[:4])}{more}: "
+                                 "the skeleton was generated from another object (generate it again)")
         except BaseException:
             obj.close()
             raise
