@@ -420,7 +420,8 @@ def read_model(data: bytes, stem: str, events: Sequence[EventSpec] = (),
     ``events`` say which struct each ring buffer or perf event array carries;
     without one, a map takes the struct of the object's only global pointer to
     a struct (``struct event *keep_event __attribute__((unused));``, the usual
-    way to keep a struct in BTF), if there is exactly one such struct.
+    way to keep a struct in BTF), if there is exactly one such struct. Every
+    struct such a pointer names gets its class, events or not.
     ValueError for an event naming a map that is not a ring buffer or perf
     event array, KeyError (as ``btf_struct``) for a struct the BTF lacks;
     BPFError when libbpf cannot open the object.
@@ -454,6 +455,8 @@ class _Reader:
 
     def model(self, specs: list[EventSpec]) -> Model:
         events = self.read_events(specs)
+        for name in self.hinted_structs():  # kept in BTF for user space: a class (and codec) each
+            self.types.of(_libbpf.btf__find_by_name_kind(self.btf, name, lib.BTF_KIND_STRUCT), camel(name))
         maps = self.read_maps()
         sections = self.read_sections()
         progs = self.read_progs()
