@@ -42,6 +42,7 @@ from pylibbpf import (
     RingBuffer,
     SamplingConsumer,
     UserRingBuffer,
+    build,
     defevent,
     features,
     make_event_parser,
@@ -58,6 +59,7 @@ from pylibbpf.asm import exit_, load_program, mov
 from pylibbpf.events import UnknownFieldError
 
 ROOT = Path(__file__).resolve().parent.parent
+RINGBUF_OBJ = ROOT / "tests" / "bpf" / "build" / "ringbuf.bpf.o"  # built by the ctx fixture's bpf_objects
 TABLE_PAGE = ROOT / "docs" / "reliability.md"  # the page that holds the table
 START, END = "<!-- bad-input-table:start -->", "<!-- bad-input-table:end -->"
 
@@ -616,6 +618,22 @@ CASES: list[Case] = [
          ValueError, r"^timestamp offset must be <= 4294967287 \(a u64 inside a record\), got 4294967296$"),
     Case("`OrderedReader(map, timestamp=2**64)`", lambda c: OrderedReader(c.ordered.maps["events"], timestamp=2**64),
          ValueError, r"^timestamp offset must be <= 4294967287 \(a u64 inside a record\), got 18446744073709551616$"),
+
+    # -- typed skeletons: what pylibbpf.build.skeleton() is given -----------------------------
+    Case("`build.skeleton('/nonexistent/x.bpf.o')`", lambda c: build.skeleton("/nonexistent/x.bpf.o"),
+         FileNotFoundError, r"^object_path: no such file '/nonexistent/x.bpf.o'$"),
+    Case("`build.skeleton(obj, name='1x')`", lambda c: build.skeleton(RINGBUF_OBJ, name="1x"),
+         ValueError, r"^name must be an identifier \(the class is NAMESkel\), got '1x'$"),
+    Case("`build.skeleton(obj, 'x.txt')`", lambda c: build.skeleton(RINGBUF_OBJ, "x.txt"),
+         ValueError, r"^output must be a module file NAME.py with NAME an identifier, got 'x.txt'$"),
+    Case("`build.skeleton(obj, events=['rb'])`", lambda c: build.skeleton(RINGBUF_OBJ, events=["rb"]),
+         ValueError, r"^event: expected MAP=struct NAME \(as events='struct event'\), got 'rb'$"),
+    Case("`build.skeleton(obj, events='rb=struct x')` (a str, not a list)",
+         lambda c: build.skeleton(RINGBUF_OBJ, events="rb=struct x"),
+         TypeError, r"^events must be a sequence of 'MAP=struct NAME' strings, got 'rb=struct x'$"),
+    Case("`build.skeleton(obj, events=['rb=struct nope'])`",
+         lambda c: build.skeleton(RINGBUF_OBJ, events=["rb=struct nope"]),
+         KeyError, r"^event rb=struct nope: no struct named 'nope' in the object's BTF"),
 
 ]
 
