@@ -35,7 +35,6 @@ from ._skelmodel import (
 
 WIDTH = 88
 _SK = "pylibbpf.skel"
-_SIZES = {"B": 1, "b": 1, "?": 1, "H": 2, "h": 2, "I": 4, "i": 4, "f": 4, "Q": 8, "q": 8, "d": 8}
 
 
 # --- a small layout engine: one line when it fits, else one item per line ---------------------
@@ -81,10 +80,6 @@ def slots(t: TypeRef) -> int:
     if isinstance(t, ArrayRef):
         return slots(t.elem) * t.count
     return 1
-
-
-def size(t: TypeRef) -> int:
-    return t.size
 
 
 def fmt(t: TypeRef) -> str:
@@ -234,7 +229,7 @@ class Emitter:
         self.data, self.object_path = data, object_path
         self.events, self.name = events, name
         self.out: list[str] = []
-        self.value_codecs: dict[str, tuple[TypeRef, str]] = {}  # constant -> (type, what)
+        self.value_codecs: dict[str, TypeRef] = {}  # constant -> the type it reads and writes
         self.loads = Loads()
 
     def emit(self) -> str:
@@ -340,12 +335,12 @@ class Emitter:
         for m in self.m.maps:
             for side, t in (("KEY", m.key), ("VALUE", m.value)):
                 if t is not None and needs_codec(t) and not isinstance(t, StructModel):
-                    self.value_codecs[f"_{m.attr.upper()}_{side}"] = (t, f"map {m.name} {side.lower()}")
+                    self.value_codecs[f"_{m.attr.upper()}_{side}"] = t
         for sec in self.m.sections:
             for v in sec.vars:
                 if needs_codec(v.type) and not isinstance(v.type, StructModel):
-                    self.value_codecs[f"_{sec.attr.upper()}_{v.attr.upper()}"] = (v.type, f"global {v.key}")
-        for const, (t, _) in self.value_codecs.items():
+                    self.value_codecs[f"_{sec.attr.upper()}_{v.attr.upper()}"] = v.type
+        for const, t in self.value_codecs.items():
             self.blank()
             self.line(f"def _load{const.lower()}(r: tuple[typing.Any, ...]) -> {annotation(t)}:")
             self.line(*lay(self.top_load(t), 4, "return "))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import keyword
 import os
 import re
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,7 +65,7 @@ class Scalar:
 
     @property
     def size(self) -> int:
-        return {"B": 1, "b": 1, "?": 1, "H": 2, "h": 2, "I": 4, "i": 4, "f": 4}.get(self.code, 8)
+        return struct.calcsize("<" + self.code)
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ class EnumModel:
 
     @property
     def size(self) -> int:
-        return Scalar("int", self.code, "").size
+        return struct.calcsize("<" + self.code)
 
 
 @dataclass(eq=False)

@@ -46,6 +46,9 @@ from .perfbuf import PerfBuffer
 from .program import Program
 from .ringbuf import RingBuffer
 
+__all__ = ["Array", "Bool", "Codec", "Events", "Float", "Group", "Int", "Raw", "Section", "SkelEnum", "Skeleton",
+           "Spec", "Text", "TypedMap", "items", "text", "value_codec"]
+
 T = TypeVar("T")
 K = TypeVar("K")
 V = TypeVar("V")
@@ -415,9 +418,13 @@ class Events(Generic[T]):
         return self.reader.lost_samples if isinstance(self.reader, PerfBuffer) else 0
 
     def read_batch(self, timeout: float | None = None) -> list[T]:
+        """Wait up to ``timeout`` seconds (None: until a record or ``close()``; 0: not at all) and
+        return the records one drain read (empty on timeout), converted with one
+        ``struct.iter_unpack`` when they are of one size. ClosedError once closed."""
         return self.codec.unpack_batch(self.reader.read_batch(timeout))
 
     def __iter__(self) -> Iterator[T]:
+        """Every record, as :meth:`read_batch` reads them, until the reader or skeleton is closed."""
         while True:
             try:
                 batch = self.read_batch()
