@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -94,6 +95,8 @@ def test_the_generated_skeleton_runs_the_program(mod: ModuleType) -> None:
         skel.maps.flows[m.TskelKey(1, 2, 3)] = m.TskelStats(packets=9, comm="x")
         assert skel.maps.flows[m.TskelKey(1, 2, 3)] == m.TskelStats(9, m.TskelColor(0), "x", m.TskelStatsRange())
         assert sorted(skel.maps.flows) == [m.TskelKey(1, 2, 3), m.TskelKey(1234, 80, 6)]
+        skel.maps.flows[m.TskelKey(1, 2, 3)] = {"packets": 4, "range": {"hi": 2}}   # a mapping, as obj.maps takes
+        assert skel.maps.flows[m.TskelKey(1, 2, 3)] == m.TskelStats(4, m.TskelColor(0), "", m.TskelStatsRange(0, 2))
         assert isinstance(skel.maps.flows, pylibbpf.Map)
         # an enum key; a per-CPU struct value; a char[16] value (the object's own typing)
         assert dict(skel.maps.by_color.items()) == {m.TskelColor.TSKEL_BLUE: 1}
@@ -199,6 +202,26 @@ def test_a_batch_converts_in_one_pass_as_record_by_record(bpf_objects: dict[str,
         short = pylibbpf.Batch.one(bytes(20))
         with pytest.raises(ValueError, match=r"^struct tskel_event needs 96 bytes, got 20$"):
             m.TSKEL_EVENT.unpack_batch(short)
+
+
+def test_iterating_a_reader_ends_when_the_skeleton_closes(mod: ModuleType) -> None:
+    got: list[Any] = []
+    first = threading.Event()
+    with mod.SkelSkel.open() as skel:
+        skel.load()
+        reader = skel.events
+
+        def run() -> None:
+            for ev in reader:          # blocks in read_batch() until a record or close()
+                got.append(ev)
+                first.set()
+
+        t = threading.Thread(target=run)
+        t.start()
+        skel.progs.emit.test_run(cpu=0)
+        assert first.wait(10)
+    t.join(10)                         # close() woke the blocked read: the loop ended
+    assert not t.is_alive() and [e.seq for e in got] == [0]
 
 
 def test_the_reader_exists_once_loaded_and_closes_with_the_skeleton(mod: ModuleType) -> None:
