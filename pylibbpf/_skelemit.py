@@ -124,7 +124,7 @@ def ctype(t: TypeRef) -> str:
     if isinstance(t, Text):
         return f"char[{t.count}]"
     if isinstance(t, Raw):
-        return f"union ({t.size} bytes)" if t.union else f"u8[{t.size}]"
+        return f"union ({t.size} bytes)" if t.union else f"char[{t.size}] (bytes)" if t.chars else f"u8[{t.size}]"
     if isinstance(t, EnumModel):
         return f"enum {t.cname}"
     if isinstance(t, StructModel):
@@ -223,11 +223,12 @@ def plain(t: StructModel) -> bool:
 
 class Emitter:
     def __init__(self, model: Model, *, object_name: str, module_name: str, data: bytes | None,
-                 object_path: str | None, events: Sequence[EventSpec], name: str | None) -> None:
+                 object_path: str | None, events: Sequence[EventSpec], name: str | None,
+                 raw_chars: Sequence[str] = ()) -> None:
         self.m = model
         self.object_name, self.module_name = object_name, module_name
         self.data, self.object_path = data, object_path
-        self.events, self.name = events, name
+        self.events, self.name, self.raw_chars = events, name, raw_chars
         self.out: list[str] = []
         self.value_codecs: dict[str, TypeRef] = {}  # constant -> the type it reads and writes
         self.loads = Loads()
@@ -258,6 +259,8 @@ class Emitter:
             words += ["--name", self.name]
         for ev in sorted(self.events, key=lambda e: e.map_name):
             words += ["--event", f"{ev.map_name}=struct {ev.struct}"]
+        for raw in sorted(set(self.raw_chars)):
+            words += ["--raw-chars", raw]
         if self.data is None:
             words.append("--no-embed")
         return " ".join(shlex.quote(w) for w in words)
@@ -469,21 +472,23 @@ def _wrap(text: str, width: int, shell: bool = False) -> list[str]:
 
 
 def emit(model: Model, *, object_name: str, module_name: str, data: bytes | None = None,
-         object_path: str | None = None, events: Sequence[EventSpec] = (), name: str | None = None) -> str:
+         object_path: str | None = None, events: Sequence[EventSpec] = (), name: str | None = None,
+         raw_chars: Sequence[str] = ()) -> str:
     """The module's text: ``data`` embedded, or the object read from ``object_path`` (relative to the
     module's directory) when ``data`` is None."""
     return Emitter(model, object_name=object_name, module_name=module_name, data=data, object_path=object_path,
-                   events=events, name=name).emit()
+                   events=events, name=name, raw_chars=raw_chars).emit()
 
 
 def generate(data: bytes, *, object_name: str, module_name: str, events: Sequence[EventSpec] = (),
-             name: str | None = None, object_path: str | None = None) -> str:
+             name: str | None = None, object_path: str | None = None, raw_chars: Sequence[str] = ()) -> str:
     """The skeleton module of the object ``data`` (its bytes, named ``object_name``), as text.
 
     Embeds ``data`` unless ``object_path`` (the object's path relative to the
     module's directory) is given. ``name`` replaces the object's stem in the
-    class name (``NameSkel``). Errors as :func:`pylibbpf._skelmodel.read_model`.
+    class name (``NameSkel``); ``raw_chars`` names the char arrays read as
+    bytes. Errors as :func:`pylibbpf._skelmodel.read_model`.
     """
-    model = read_model(data, stem_of(object_name), events, camel(name) + "Skel" if name else None)
-    return emit(model, object_name=object_name, module_name=module_name,
-                data=data if object_path is None else None, object_path=object_path, events=events, name=name)
+    model = read_model(data, stem_of(object_name), events, camel(name) + "Skel" if name else None, raw_chars)
+    return emit(model, object_name=object_name, module_name=module_name, data=data if object_path is None else None,
+                object_path=object_path, events=events, name=name, raw_chars=raw_chars)

@@ -81,10 +81,12 @@ class Text:
 
 @dataclass(frozen=True)
 class Raw:
-    """Bytes of a fixed size; ``union`` when BTF calls it a union (obj.maps would give a record)."""
+    """Bytes of a fixed size. ``union``: BTF calls it a union (obj.maps would give a record);
+    ``chars``: a ``char`` array kept as bytes (``raw_chars``; obj.maps would give a str)."""
 
     size: int
     union: bool = False
+    chars: bool = False
 
 
 @dataclass(eq=False)
@@ -142,7 +144,20 @@ def needs_codec(t: TypeRef | None) -> bool:
     ``obj.globals``) gives records for structs and unions and ints for enums, not the classes."""
     if isinstance(t, ArrayRef):
         return needs_codec(t.elem)
-    return isinstance(t, (EnumModel, StructModel)) or (isinstance(t, Raw) and t.union)
+    return isinstance(t, (EnumModel, StructModel)) or (isinstance(t, Raw) and (t.union or t.chars))
+
+
+def rawify(t: TypeRef) -> TypeRef:
+    """``t`` with its ``char`` arrays as bytes (every byte, NULs included)."""
+    if isinstance(t, Text):
+        return Raw(t.count, chars=True)
+    if isinstance(t, ArrayRef):
+        return ArrayRef(rawify(t.elem), t.count)
+    return t
+
+
+def has_text(t: TypeRef) -> bool:
+    return isinstance(t, Text) or (isinstance(t, ArrayRef) and has_text(t.elem))
 
 
 @dataclass(eq=False)
@@ -252,8 +267,10 @@ def stem_of(path: str) -> str:
 class _Types:
     """Turns BTF types into TypeRefs, one class per struct or enum (by BTF type id)."""
 
-    def __init__(self, btf: CData, reserved: set[str]) -> None:
+    def __init__(self, btf: CData, reserved: set[str], raw_chars: frozenset[str] = frozenset()) -> None:
         self.btf = btf
+        self.raw_chars = raw_chars  # "struct.field" names (or "*") whose char arrays stay bytes
+        self.raw_used: set[str] = set()
         self.classes = set(reserved)
         self.consts: set[str] = set()
         self.structs: dict[int, StructModel] = {}
@@ -318,6 +335,7 @@ class _Types:
         model = StructModel(cls, cname, size, self.const_name(cls))
         taken = set(SHADOWING)
         for mname, offset, mtype in members:
+            mtype = self.chars(mtype, f"{cname}.{mname}")
             if mtype.size:  # a flexible array member takes no bytes of the struct
                 model.fields.append(FieldModel(attr_name(mname, taken), mname, offset, mtype))
         self.structs[rid] = model
@@ -346,6 +364,13 @@ class _Types:
                 mname = f"anon{i}"
             out.append((mname, offset, self.of(int(m.type), owner + "_" + mname)))
         return out
+
+    def chars(self, t: TypeRef, name: str) -> TypeRef:
+        """``t`` as bytes when ``name`` (``struct.field``, a global) is in ``raw_chars`` (or it has "*")."""
+        if not has_text(t) or not ({"*", name} & self.raw_chars):
+            return t
+        self.raw_used.add(name if name in self.raw_chars else "*")
+        return rawify(t)
 
     def const_name(self, cls: str) -> str:
         name = base = snake_upper(cls)
@@ -415,7 +440,7 @@ class _Object:
 
 
 def read_model(data: bytes, stem: str, events: Sequence[EventSpec] = (),
-               skel_name: str | None = None) -> Model:
+               skel_name: str | None = None, raw_chars: Sequence[str] = ()) -> Model:
     """The skeleton model of the object ``data`` (its ELF bytes), named after ``stem``.
 
     ``events`` say which struct each ring buffer or perf event array carries;
@@ -423,25 +448,30 @@ def read_model(data: bytes, stem: str, events: Sequence[EventSpec] = (),
     a struct (``struct event *keep_event __attribute__((unused));``, the usual
     way to keep a struct in BTF), if there is exactly one such struct. Every
     struct such a pointer names gets its class, events or not.
+    ``raw_chars`` names the ``char`` arrays read as bytes, not str: a struct's
+    member (``event.comm``, the struct's C name), a global variable, or ``*``
+    for all of them (map keys and values too).
     ValueError for an event naming a map that is not a ring buffer or perf
-    event array, KeyError (as ``btf_struct``) for a struct the BTF lacks;
-    BPFError when libbpf cannot open the object.
+    event array, or a ``raw_chars`` name that is no char array of the object;
+    KeyError (as ``btf_struct``) for a struct the BTF lacks; BPFError when
+    libbpf cannot open the object.
     """
     skel = skel_name or camel(stem) + "Skel"
     obj = _Object(data, stem)
     try:
-        return _Reader(obj.ptr, obj.btf, stem, skel).model(list(events))
+        model = _Reader(obj.ptr, obj.btf, stem, skel, frozenset(raw_chars)).model(list(events))
     finally:
         obj.close()
+    return model
 
 
 class _Reader:
-    def __init__(self, ptr: CData, btf: CData, stem: str, skel: str) -> None:
+    def __init__(self, ptr: CData, btf: CData, stem: str, skel: str, raw_chars: frozenset[str]) -> None:
         self.ptr, self.btf, self.stem, self.skel = ptr, btf, stem, skel
         self.maps = _libbpf.bpf_object__maps(ptr)
         self.sections = self.datasecs()
         reserved = {skel, "Maps", "Progs", *(camel(attr_name(s, set())) for s, _, _ in self.sections)}
-        self.types = _Types(btf, reserved)
+        self.types = _Types(btf, reserved, raw_chars)
 
     def datasecs(self) -> list[tuple[str, CData, list[Any]]]:
         """(section, map, variables) of every global-data map with a DATASEC, in object order."""
@@ -461,6 +491,10 @@ class _Reader:
         maps = self.read_maps()
         sections = self.read_sections()
         progs = self.read_progs()
+        unused = sorted(self.types.raw_chars - self.types.raw_used - {"*"})
+        if unused:
+            raise ValueError(f"raw_chars: {', '.join(map(repr, unused))} names no char array of a struct "
+                             "member (struct.field) or a global variable of the object")
         enums = [t for t in self.types.order if isinstance(t, EnumModel)]
         structs = [t for t in self.types.order if isinstance(t, StructModel)]
         return Model(self.stem, self.skel, enums, structs, maps, progs, sections, events)
@@ -496,7 +530,7 @@ class _Reader:
         vt = value_type(self.btf, type_id, attr)
         if isinstance(vt, BytesType) or vt.size != size:
             return None
-        return self.types.of(type_id, camel(attr) + what)
+        return self.types.chars(self.types.of(type_id, camel(attr) + what), f"{attr}.{what.lower()}")
 
     def read_sections(self) -> list[SectionModel]:
         keys: set[str] = set()
@@ -514,7 +548,7 @@ class _Reader:
                 keys.add(key)
                 vt = value_type(self.btf, var.type_id, var.name)
                 t: TypeRef = Raw(var.size) if vt.size != var.size or isinstance(vt, BytesType) else \
-                    self.types.of(var.type_id, camel(var.name))
+                    self.types.chars(self.types.of(var.type_id, camel(var.name)), var.name)
                 vars_.append(VarModel(key, attr_name(var.name, taken), t))
             out.append(SectionModel(section, attr, camel(attr), vars_))
         return out

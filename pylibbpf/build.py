@@ -272,7 +272,8 @@ def default_output(source: str | os.PathLike[str]) -> Path:
 
 
 def compile(source_or_path: str | os.PathLike[str] | bytes, output: str | os.PathLike[str] | None = None, *,
-            cflags: Sequence[str] = (), skel: bool = False, events: Sequence[str] = ()) -> Path:
+            cflags: Sequence[str] = (), skel: bool = False, events: Sequence[str] = (),
+            raw_chars: Sequence[str] = ()) -> Path:
     """Compile one BPF C program into a CO-RE object with clang; returns the object's path.
 
     ``source_or_path`` is a path to the ``.bpf.c`` file, or the C text itself
@@ -290,20 +291,28 @@ def compile(source_or_path: str | os.PathLike[str] | bytes, output: str | os.Pat
 
     ``skel=True`` also writes the object's typed skeleton beside it
     (:func:`skeleton`, ``prog_skel.py``, the object embedded), ``events``
-    naming the struct of each ring or perf buffer (``"events=struct event"``).
+    naming the struct of each ring or perf buffer (``"events=struct event"``),
+    ``raw_chars`` the char arrays it reads as bytes.
 
     Blocks while clang runs. Raises CompileError when clang is missing or
     fails (``.output`` holds its diagnostics), FileNotFoundError for a missing
     source file, TypeError/ValueError for bad arguments.
     """
     specs = _event_specs(events)
-    if specs and not skel:
-        raise ValueError("events name the structs of a skeleton's readers: they need skel=True")
+    raw = _names(raw_chars, "raw_chars")
+    if (specs or raw) and not skel:
+        raise ValueError("events and raw_chars describe a skeleton: they need skel=True")
     out, stderr = _compile(source_or_path, output, cflags)
     _warn(stderr)
     if skel:
-        skeleton(out, events=specs)
+        skeleton(out, events=specs, raw_chars=raw)
     return out
+
+
+def _names(names: Sequence[str], param: str) -> list[str]:
+    if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
+        raise TypeError(f"{param} must be a sequence of names, got {names!r:.60}")
+    return [_check.string(n, f"{param} item") for n in names]
 
 
 def _event_specs(events: Sequence[str | EventSpec]) -> list[EventSpec]:
@@ -319,22 +328,26 @@ def default_skeleton(object_path: str | os.PathLike[str], name: str | None = Non
 
 
 def skeleton(object_path: str | os.PathLike[str], output: str | os.PathLike[str] | None = None, *,
-             name: str | None = None, events: Sequence[str | EventSpec] = (), embed: bool = True) -> Path:
+             name: str | None = None, events: Sequence[str | EventSpec] = (), embed: bool = True,
+             raw_chars: Sequence[str] = ()) -> Path:
     """Write the typed skeleton module of a compiled object; returns the module's path.
 
     ``output`` defaults to ``<stem>_skel.py`` beside the object (``run_qlat.bpf.o``
     -> ``run_qlat_skel.py``, class ``RunQlatSkel``); ``name`` replaces the stem.
     ``events`` say which struct each ring buffer or perf event array carries
     (``"events=struct event"``; see :mod:`pylibbpf.skel` for the BTF hint that
-    does without). ``embed=True`` puts the object's bytes in the module (base64:
+    does without). ``raw_chars`` names the ``char`` arrays read as ``bytes``
+    (every byte, NULs included) rather than ``str``: ``struct.field`` (the
+    struct's C name), a global variable, ``map.key``/``map.value``, or ``"*"``
+    for every one. ``embed=True`` puts the object's bytes in the module (base64:
     the module alone is enough to run); ``embed=False`` makes it open the object
     from where it is now, relative to the module's directory.
 
     The same object and options give the same bytes. The file is replaced
     only when its text changes. Raises FileNotFoundError for a missing object,
     BPFError when libbpf cannot open it, ValueError when it has no BTF or an
-    event names a map that is not a ring or perf buffer, KeyError for a
-    struct its BTF lacks.
+    event names a map that is not a ring or perf buffer or a ``raw_chars``
+    name no char array, KeyError for a struct its BTF lacks.
     """
     obj = Path(_check.path(object_path, "object_path"))
     if name is not None and not re.fullmatch(r"[A-Za-z_]\w*", _check.string(name, "name")):
@@ -347,7 +360,7 @@ def skeleton(object_path: str | os.PathLike[str], output: str | os.PathLike[str]
     data = obj.read_bytes()
     relative = None if embed else os.path.relpath(obj.resolve(), out.resolve().parent)
     text = generate(data, object_name=obj.name, module_name=out.stem, events=_event_specs(events),
-                    name=name, object_path=relative)
+                    name=name, object_path=relative, raw_chars=_names(raw_chars, "raw_chars"))
     if not out.exists() or out.read_text() != text:
         tmp = out.with_name(f".{out.name}.{os.getpid()}.{threading.get_ident()}")
         try:

@@ -634,6 +634,9 @@ CASES: list[Case] = [
     Case("`build.skeleton(obj, events=['rb=struct nope'])`",
          lambda c: build.skeleton(RINGBUF_OBJ, events=["rb=struct nope"]),
          KeyError, r"^event rb=struct nope: no struct named 'nope' in the object's BTF"),
+    Case("`build.skeleton(obj, raw_chars=['emit_args.nope'])`",
+         lambda c: build.skeleton(RINGBUF_OBJ, raw_chars=["emit_args.nope"]),
+         ValueError, r"^raw_chars: 'emit_args.nope' names no char array of a struct member"),
 
 ]
 

@@ -340,6 +340,33 @@ def test_events_from_the_command_line_and_their_errors(bpf_objects: dict[str, Pa
         build.skeleton(ring, out, events=["rb"])
 
 
+def test_raw_chars_keep_char_arrays_as_bytes(bpf_objects: dict[str, Path], tmp_path: Path) -> None:
+    path = build.skeleton(bpf_objects["skel"], tmp_path / "raw_skel.py",
+                          raw_chars=["tskel_event.comm", "label", "names.value"])
+    text = path.read_text()
+    command = " ".join(text.split('"""')[1].replace("\\\n", " ").split())
+    assert "--raw-chars label --raw-chars names.value --raw-chars tskel_event.comm" in command
+    m = import_path(path)
+    try:
+        with m.SkelSkel.open() as skel:
+            skel.rodata.label = b"hi\xff"                      # bytes, not str (not UTF-8 either)
+            assert skel.rodata.label == b"hi\xff" + bytes(9)    # every byte of char[12]
+            skel.load()
+            perf = skel.perf_events
+            skel.progs.emit.test_run(cpu=0)
+            ev = perf.read_batch(1.0)[0]
+            assert ev.comm == b"hi\xff" + bytes(13)             # the struct member named: bytes
+            skel.maps.names[1] = b"x"
+            assert skel.maps.names[1] == b"x" + bytes(15)        # a map's char[16] value: bytes
+            assert m.TskelStats().comm == ""                   # members not named stay str
+    finally:
+        sys.modules.pop(m.__name__, None)
+    every = build.skeleton(bpf_objects["skel"], tmp_path / "every_skel.py", raw_chars=["*"]).read_text()
+    assert "comm: str" not in every and "comm: bytes" in every
+    with pytest.raises(ValueError, match=r"^raw_chars: 'tskel_event\.nope', 'verbose' names no char array"):
+        build.skeleton(bpf_objects["skel"], tmp_path / "x.py", raw_chars=["tskel_event.nope", "verbose"])
+
+
 def test_the_command_writes_the_module(bpf_objects: dict[str, Path], tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     obj = shutil.copy(bpf_objects["skel"], tmp_path / "run_qlat.bpf.o")
@@ -392,8 +419,8 @@ def test_build_writes_the_skeleton_beside_the_object(tmp_path: Path, capsys: pyt
     with pytest.raises(SystemExit) as e:
         main(["build", str(src), "--event", "out=struct tiny_ev"])
     assert e.value.code == 2
-    assert "--event names the struct of a skeleton's reader: it needs --skel" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="events name the structs of a skeleton's readers: they need skel=True"):
+    assert "--event describes the skeleton: it needs --skel" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="events and raw_chars describe a skeleton: they need skel=True"):
         build.compile(src, events=["out=struct tiny_ev"])
 
 

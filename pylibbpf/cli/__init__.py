@@ -9,7 +9,8 @@
     pylibbpf features [--json]                                 (cli/features.py)
     pylibbpf runqlat [--interval S [--count N]] [-m] [--pid P] [--per-process] [--json]   (cli/runqlat.py)
     pylibbpf build PROG.bpf.c [-o PROG.bpf.o] [--skel [--event MAP=struct NAME]]   (cli/build.py)
-    pylibbpf skel OBJ.bpf.o [-o MODULE.py] [--name NAME] [--event MAP=struct NAME] [--no-embed]   (cli/skel.py)
+    pylibbpf skel OBJ.bpf.o [-o MODULE.py] [--name NAME] [--event MAP=struct NAME] [--raw-chars NAME]
+                  [--no-embed]   (cli/skel.py)
     pylibbpf profile [--frequency HZ] [--cpu N] [--pid P] [--duration S] [--folded|--json]   (cli/profile.py)
 
 This module parses the command line and dispatches; each command is a module

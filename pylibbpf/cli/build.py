@@ -41,6 +41,8 @@ def add_parser(sub: Any) -> None:
                    help="also write the object's typed skeleton beside it (PROG_skel.py; see `pylibbpf skel`)")
     p.add_argument("--event", dest="events", action="append", default=[], type=event_spec,
                    metavar="MAP=struct NAME", help="with --skel: the struct a ring or perf buffer carries")
+    p.add_argument("--raw-chars", action="append", default=[], metavar="NAME",
+                   help="with --skel: a char array the skeleton reads as bytes (see `pylibbpf skel --help`)")
     p.add_argument("--print-include-dir", action="store_true", help="print the BPF headers' -I directory and exit")
     p.add_argument("--print-vmlinux-h", action="store_true", help="print the path of this kernel's vmlinux.h and exit")
     p.add_argument("-v", "--verbose", action="store_true", help="show the clang command line")
@@ -48,9 +50,9 @@ def add_parser(sub: Any) -> None:
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """``--event`` without ``--skel`` is a usage error (exit 2)."""
-    if args.events and not args.skel:
-        parser.error("--event names the struct of a skeleton's reader: it needs --skel")
+    """``--event`` or ``--raw-chars`` without ``--skel`` is a usage error (exit 2)."""
+    if (args.events or args.raw_chars) and not args.skel:
+        parser.error(f"{'--event' if args.events else '--raw-chars'} describes the skeleton: it needs --skel")
 
 
 def _fail(message: str) -> int:
@@ -75,7 +77,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             out = build.compile(args.source, args.output, cflags=cflags)
         for diagnostic in diagnostics:
             sys.stderr.write(f"{diagnostic.message}\n")
-        skel = build.skeleton(out, events=args.events) if args.skel else None
+        skel = build.skeleton(out, events=args.events, raw_chars=args.raw_chars) if args.skel else None
     except BPFError as e:  # libbpf could not read the kernel's BTF for vmlinux.h, or open the object
         return _fail(f"{e.strerror} ({e.what})")
     except KeyError as e:  # an --event struct the object's BTF lacks

@@ -1,4 +1,4 @@
-"""``pylibbpf skel OBJ.bpf.o [-o MODULE.py] [--name NAME] [--event MAP=struct NAME ...] [--no-embed]``.
+"""``pylibbpf skel OBJ.bpf.o [-o MODULE.py] [--name NAME] [--event MAP=struct NAME] [--raw-chars NAME] [--no-embed]``.
 
 Writes the object's typed skeleton module (:func:`pylibbpf.build.skeleton`,
 described in :mod:`pylibbpf.skel`) and prints its path. A missing file, an
@@ -42,6 +42,9 @@ def add_parser(sub: Any) -> None:
                    metavar="MAP=struct NAME",
                    help="the struct a ring buffer or perf event array carries (repeatable); without it, the "
                    "struct of the object's only global pointer to a struct, if any")
+    p.add_argument("--raw-chars", action="append", default=[], metavar="NAME",
+                   help="read this char array as bytes, not str (repeatable): STRUCT.FIELD, a global, MAP.key, "
+                   "MAP.value, or '*' for every one")
     p.add_argument("--no-embed", action="store_true",
                    help="open the object from where it is (relative to the module) instead of embedding it")
     p.add_argument("-v", "--verbose", action="store_true", help="show libbpf's messages")
@@ -51,7 +54,8 @@ def add_parser(sub: Any) -> None:
 def cmd_skel(args: argparse.Namespace) -> int:
     """Write the module; returns the exit status."""
     try:
-        out = build.skeleton(args.object, args.output, name=args.name, events=args.events, embed=not args.no_embed)
+        out = build.skeleton(args.object, args.output, name=args.name, events=args.events, embed=not args.no_embed,
+                             raw_chars=args.raw_chars)
     except BPFError as e:
         sys.stderr.write(f"pylibbpf skel: cannot open {args.object}: {e.strerror} ({e.what})\n")
         return 1
