@@ -30,6 +30,7 @@ import errno
 import functools
 import os
 import struct
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar, cast
@@ -57,6 +58,7 @@ G = TypeVar("G", bound="Group")
 Row = tuple[Any, ...]
 
 _new = tuple.__new__
+_DOUBLE_MAX = int(sys.float_info.max)
 
 
 def text(raw: bytes) -> str:
@@ -103,7 +105,7 @@ class Spec:
         """Raise the error that explains why struct refused ``value`` (the slow path after a failure)."""
         try:
             struct.pack("<" + self.fmt, *self.row(value, label))
-        except struct.error as e:
+        except (struct.error, OverflowError) as e:  # OverflowError: an int past a double's range
             raise ValueError(f"{label} ({self.ctype}): {e}, got {value!r:.60}") from None
 
 
@@ -143,6 +145,9 @@ class Float(Spec):
     def check(self, value: Any, label: str) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"{label} ({self.ctype}) must be a number, got {value!r:.60} ({type(value).__name__})")
+        if isinstance(value, int) and abs(value) > _DOUBLE_MAX:  # float(value) would raise OverflowError
+            raise ValueError(f"{label} ({self.ctype}) is out of range for a {self.ctype}, "
+                             f"got a {value.bit_length()}-bit int")
         super().check(value, label)
 
 
@@ -193,6 +198,7 @@ class Array(Spec):
         self.elem, self.count = elem, count
         # "127Q" for numbers; "16s16s" for strings (a count before "s" is the string's length).
         self.fmt = f"{count}{elem.fmt}" if isinstance(elem, (Int, Float, Bool)) else elem.fmt * count
+        self._numbers = isinstance(elem, (Int, Float))  # struct checks them; "?" would take any object
         self.slots = elem.slots * count
         self.zero = (elem.zero,) * count
         self.ctype = f"{elem.ctype}[{count}]"
@@ -203,7 +209,7 @@ class Array(Spec):
         if len(value) > self.count:
             raise ValueError(f"{label} ({self.ctype}) holds {self.count} items, got {len(value)}")
         elem = self.elem
-        if isinstance(elem, (Int, Float, Bool)):
+        if self._numbers:
             return (*value, *(elem.zero,) * (self.count - len(value)))
         items = [*value, *(elem.zero,) * (self.count - len(value))]
         return tuple(x for i, v in enumerate(items) for x in elem.row(v, f"{label}[{i}]"))
@@ -325,9 +331,9 @@ class Codec(Spec, Generic[T]):
         row = self.row(value, label)
         try:
             return self.struct.pack(*row)
-        except struct.error:
-            self.check(value, label)
-            raise
+        except (struct.error, OverflowError) as e:
+            self.check(value, label)  # raises the error that names the field
+            raise ValueError(f"{label}: {e}") from None
 
 
 def value_codec(name: str, spec: Spec, load: Callable[[Row], T], zero: Any) -> Codec[T]:

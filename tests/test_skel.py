@@ -181,6 +181,20 @@ def test_codecs_write_what_they_read_and_name_bad_fields(mod: ModuleType) -> Non
     assert codec.unpack_many(b"") == []
 
 
+def test_the_specs_refuse_what_struct_would_take_or_choke_on() -> None:
+    from pylibbpf import skel
+
+    bools = skel.value_codec("bool[2]", skel.Array(skel.Bool(), 2), lambda r: r, ())
+    with pytest.raises(TypeError, match=r"^flags\[1\] \(bool\) must be a bool, got 'yes' \(str\)$"):
+        bools.pack((True, "yes"), "flags")              # struct's "?" would store True
+    assert bools.pack((True,)) == b"\x01\x00"
+    double = skel.value_codec("double", skel.Float("d"), lambda r: r[0], 0.0)
+    with pytest.raises(ValueError, match=r"^ratio \(double\) is out of range for a double, got a 1329-bit int$"):
+        double.pack(10**400, "ratio")
+    with pytest.raises(TypeError, match=r"^ratio \(double\) must be a number, got '1' \(str\)$"):
+        double.pack("1", "ratio")
+
+
 def test_a_batch_converts_in_one_pass_as_record_by_record(bpf_objects: dict[str, Path], mod: ModuleType) -> None:
     m = mod
     with m.SkelSkel.open() as skel:
