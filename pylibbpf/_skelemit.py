@@ -11,6 +11,7 @@ holds is described in :mod:`pylibbpf.skel`.
 from __future__ import annotations
 
 import base64
+import json
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -305,7 +306,7 @@ class Emitter:
             self.line(*lay(Br("_new", [s.cls, values]), 4, "return "))
         self.blank()
         fields = Br("", [Br("", [f'"{f.attr}"', spec(f.type)]) for f in s.fields], tuple_=True)
-        args: list[str | Br] = [f'"struct {s.cname}"', f'"<{fmt(s)}"', loader(s), fields, f"zero={s.cls}()"]
+        args: list[str | Br] = [_q(f"struct {s.cname}"), f'"<{fmt(s)}"', loader(s), fields, f"zero={s.cls}()"]
         if plain(s):
             args.append("plain=True")
         self.line(*lay(Br(f"{_SK}.Codec", args), 0, f"{s.const}: typing.Final = "))
@@ -348,7 +349,7 @@ class Emitter:
             self.line(f"def _load{const.lower()}(r: tuple[typing.Any, ...]) -> {annotation(t)}:")
             self.line(*lay(self.top_load(t), 4, "return "))
             self.blank()
-            args: list[str | Br] = [f'"{ctype(t)}"', spec(t), f"_load{const.lower()}", zero(t)]
+            args: list[str | Br] = [_q(ctype(t)), spec(t), f"_load{const.lower()}", zero(t)]
             self.line(*lay(Br(f"{_SK}.value_codec", args), 0, f"{const}: typing.Final = "))
 
     def skeleton(self) -> None:
@@ -357,14 +358,14 @@ class Emitter:
         self.line(f"class {name}({_SK}.Skeleton):",
                   f'    """The skeleton of ``{self.object_name}``: ``{name}.open()``, then ``load()`` and '
                   '``attach()``."""', "", "    __slots__ = ()", "")
-        self.names("OBJECT_NAME", "str", f'"{m.stem}"')
-        self.names("MAP_NAMES", "tuple[str, ...]", Br("", [f'"{x.name}"' for x in m.maps], tuple_=True))
-        self.names("PROGRAM_NAMES", "tuple[str, ...]", Br("", [f'"{p.name}"' for p in m.progs], tuple_=True))
-        keys = [f'"{v.key}"' for s in m.sections for v in s.vars]
+        self.names("OBJECT_NAME", "str", _q(m.stem))
+        self.names("MAP_NAMES", "tuple[str, ...]", Br("", [_q(x.name) for x in m.maps], tuple_=True))
+        self.names("PROGRAM_NAMES", "tuple[str, ...]", Br("", [_q(p.name) for p in m.progs], tuple_=True))
+        keys = [_q(v.key) for s in m.sections for v in s.vars]
         self.names("GLOBAL_NAMES", "tuple[str, ...]", Br("", keys, tuple_=True))
         self.group("Maps", "The object's maps, one attribute per map.", [self.map_property(x) for x in m.maps])
         progs = [[f"def {p.attr}(self) -> pylibbpf.Program:", *_doc(f'``SEC("{p.section}")``.', 12),
-                  *lay(Br("self._prog", [f'"{p.name}"']), 12, "return ")] for p in m.progs]
+                  *lay(Br("self._prog", [_q(p.name)]), 12, "return ")] for p in m.progs]
         self.group("Progs", "The object's programs, one attribute per program.", progs)
         for sec in m.sections:
             self.section(sec)
@@ -375,7 +376,7 @@ class Emitter:
         else:
             self.line("    def default_object(cls) -> pathlib.Path:",
                       '        """The object beside this module."""',
-                      f'        return pathlib.Path(__file__).parent / "{self.object_path}"')
+                      f"        return pathlib.Path(__file__).parent / {_q(self.object_path or '')}")
         groups = [("maps", "Maps"), ("progs", "Progs")] + [(s.attr, s.cls) for s in m.sections]
         for attr, cls in groups:
             self.line("", "    @property", f"    def {attr}(self) -> {name}.{cls}:")
@@ -384,7 +385,7 @@ class Emitter:
             kind = "perf event array" if ev.perf else "ring buffer"
             self.line("", "    @property", f"    def {ev.attr}(self) -> {_SK}.Events[{ev.struct.cls}]:",
                       f'        """The {kind} ``{ev.map_name}``\'s records as ``{ev.struct.cls}`` (once loaded)."""')
-            call = Br("self._reader", [f'"{ev.map_name}"', ev.struct.const, f"perf={ev.perf}"])
+            call = Br("self._reader", [_q(ev.map_name), ev.struct.const, f"perf={ev.perf}"])
             self.line(*lay(call, 8, "return "))
 
     def names(self, attr: str, kind: str, value: str | Br) -> None:
@@ -408,9 +409,9 @@ class Emitter:
         if needs_codec(m.key) or needs_codec(m.value):
             codecs = [self.codec_name(t, f"_{m.attr.upper()}_{side}") if t is not None and needs_codec(t)
                       else "None" for side, t in (("KEY", m.key), ("VALUE", m.value))]
-            body = lay(Br("self._typed_map", [f'"{m.name}"', *codecs]), 12, "return ")
+            body = lay(Br("self._typed_map", [_q(m.name), *codecs]), 12, "return ")
         else:
-            body = lay(Br("self._map", [f'"{m.name}"']), 12, "return ")
+            body = lay(Br("self._map", [_q(m.name)]), 12, "return ")
         return [f"def {m.attr}(self) -> pylibbpf.Map[{key}, {value}]:", *_doc(doc, 12), *body]
 
     def section(self, sec: SectionModel) -> None:
@@ -422,11 +423,11 @@ class Emitter:
             doc = _doc(f"``{ctype(v.type)} {v.key.rpartition(':')[2]}``.", 12)
             if needs_codec(v.type):
                 codec = self.codec_name(v.type, f"_{sec.attr.upper()}_{v.attr.upper()}")
-                get = lay(Br("self._get_as", [f'"{v.key}"', codec]), 12, "return ")
-                put = lay(Br("self._set_as", [f'"{v.key}"', codec, "value"]), 12)
+                get = lay(Br("self._get_as", [_q(v.key), codec]), 12, "return ")
+                put = lay(Br("self._set_as", [_q(v.key), codec, "value"]), 12)
             else:
-                get = lay(Br("typing.cast", [ann, Br("self._get", [f'"{v.key}"'])]), 12, "return ")
-                put = lay(Br("self._set", [f'"{v.key}"', "value"]), 12)
+                get = lay(Br("typing.cast", [ann, Br("self._get", [_q(v.key)])]), 12, "return ")
+                put = lay(Br("self._set", [_q(v.key), "value"]), 12)
             props.append([f"def {v.attr}(self) -> {ann}:", *doc, *get, "", f"        @{v.attr}.setter",
                           f"        def {v.attr}(self, value: {ann}) -> None:", *put])
         self.group(sec.cls, f"The variables of ``{sec.section}`` ({writable}).", props, "Section")
@@ -438,6 +439,11 @@ class Emitter:
         encoded = base64.b64encode(self.data).decode()
         chunks = [f'"{encoded[i:i + 76]}"' for i in range(0, len(encoded), 76)] or ['""']
         self.line("_OBJECT: typing.Final = (", *(f"    {c}" for c in chunks), ")")
+
+
+def _q(text: str) -> str:
+    """``text`` as a double-quoted Python string literal (as ruff writes one)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _starts(s: StructModel) -> list[int]:
