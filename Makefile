@@ -1,8 +1,9 @@
 # pylibbpf entry points. `make test` and `make demo` do all set-up on a fresh machine.
 #
 #   make setup     Debian packages, the pinned libbpf, .venv with the package and its test extras
-#   make build     (re)build the CFFI extension in place when C or cdef sources changed, and the
-#                  test programs tests/bpf/build/*.bpf.o (the README's examples use them)
+#   make build     (re)build the CFFI extension in place when C or cdef sources changed, the
+#                  test programs tests/bpf/build/*.bpf.o (the README's examples use them), and the
+#                  typed skeletons of the bundled programs and the examples (tools/gen_skels.py)
 #   make test      build, then ruff + mypy + the docs build + pytest on the real kernel (BPF tests must run)
 #   make docs      the documentation site into site/ (mkdocs build --strict)
 #   make demo      trace exec events live for a few seconds with a bundled CO-RE program
@@ -52,6 +53,7 @@ $(VENV)/.stamp-venv: pyproject.toml setup.py | $(LIBBPF_A)
 
 build: setup $(EXT_STAMP)
 	@if [ -e /sys/kernel/btf/vmlinux ]; then $(VPY) tools/build_bpf.py tests/bpf tests/bpf/build >/dev/null; fi
+	@if [ -e /sys/kernel/btf/vmlinux ]; then $(VPY) tools/gen_skels.py; fi
 $(EXT_STAMP): $(EXT_SRCS)
 	$(VPY) build_ffi.py
 	@touch $@

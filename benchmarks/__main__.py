@@ -54,14 +54,16 @@ C_BASELINE = {"ringbuf": "c-ringbuf", "perfbuf": "c-perfbuf", "perfmerge": "c-pe
 ORDER = ["c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "bcc-ringbuf-event",
          "pylibbpf-ringbuf-callback", "pylibbpf-ringbuf-noop", "py-noop-floor", "py-check-floor",
          "pylibbpf-ringbuf-batch", "pylibbpf-ringbuf-numpy", "pylibbpf-ringbuf-into", "pylibbpf-ringbuf-arrow",
-         "pylibbpf-ringbuf-readarrow", "py-arrow-floor", "pylibbpf-backpressure",
+         "pylibbpf-ringbuf-readarrow", "py-arrow-floor", "pylibbpf-ringbuf-record", "pylibbpf-ringbuf-skel",
+         "pylibbpf-backpressure",
          "c-perfbuf", "c-perfmerge", "pylibbpf-perfbuf-callback", "pylibbpf-perfbuf-batch", "pylibbpf-ordered-batch",
          "pylibbpf-ordered-numpy", "pylibbpf-ordered-into"]
 # The rows the targets read: --quick runs only these.
 QUICK = {"c-ringbuf", "c-memcpy", "bcc-ringbuf", "bcc-ringbuf-noop", "pylibbpf-ringbuf-callback",
          "pylibbpf-ringbuf-noop", "py-noop-floor", "py-check-floor", "pylibbpf-ringbuf-batch",
          "pylibbpf-ringbuf-numpy", "c-perfbuf", "c-perfmerge", "pylibbpf-ordered-numpy", "pylibbpf-ringbuf-into",
-         "pylibbpf-ordered-into", "pylibbpf-ringbuf-arrow", "pylibbpf-ringbuf-readarrow", "py-arrow-floor"}
+         "pylibbpf-ordered-into", "pylibbpf-ringbuf-arrow", "pylibbpf-ringbuf-readarrow", "py-arrow-floor",
+         "pylibbpf-ringbuf-record", "pylibbpf-ringbuf-skel"}
 ORDERED_WINDOW_MS = 5   # OrderedReader's default window: its latency target is window + 1 ms
 LATENCY_RATE = 10_000   # events per second, one per trigger
 PERF_WAKEUP_C = 4096    # the C perf consumer's wakeup_events in throughput runs (pylibbpf's PerfBuffer: 1)
@@ -266,6 +268,8 @@ def baselines(name: str, mode: str, size: int) -> dict[str, tuple[str, str, int]
         out["numpy"] = (name.rsplit("-", 1)[0] + "-numpy", mode, size)
     if name in SECOND_PASS:
         out["numpy"] = (SECOND_PASS[name], mode, size)
+    if name.endswith("-skel"):   # records as a skeleton's classes against EventDef.parse's records
+        out["record"] = (name.rsplit("-", 1)[0] + "-record", mode, size)
     if kind in ("ringbuf", "pyfloor"):   # the callback floors against bcc as the callback rows are
         out["bcc"] = ("bcc-ringbuf-noop" if "-noop" in name else "bcc-ringbuf", mode, size)
     if kind == "ringbuf" and mode == "drain":
@@ -335,6 +339,8 @@ TARGETS: list[tuple[str, float, Figure, bool, Figure | None]] = [
     *((f"{n} drain >= 0.9x pylibbpf-ringbuf-numpy, {size} B", 0.9, (n, "drain", size, "ratio_to_numpy"), False,
        ("py-arrow-floor", "drain", size, "ratio_to_numpy") if n.endswith("-arrow") else None)
       for n in ("pylibbpf-ringbuf-arrow", "pylibbpf-ringbuf-readarrow") for size in (32, 1024)),
+    *((f"pylibbpf-ringbuf-skel drain >= 0.8x pylibbpf-ringbuf-record, {size} B", 0.8,
+       ("pylibbpf-ringbuf-skel", "drain", size, "ratio_to_record"), False, None) for size in (32, 1024)),
     ("pylibbpf-ordered-numpy drain >= 0.35x c-perfbuf, 32 B", 0.35,
      ("pylibbpf-ordered-numpy", "drain", 32, "ratio_to_c"), False, ("c-perfmerge", "drain", 32, "ratio_to_c")),
     ("pylibbpf-ringbuf-noop >= 3x bcc-ringbuf-noop (empty callback), 32 B, drain", 3.0,

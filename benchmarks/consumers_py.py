@@ -151,6 +151,61 @@ def ringbuf_numpy(size: int, check: SeqCheck) -> Reader:
                   closing(rb, obj))
 
 
+def text_event_def(size: int) -> Any:
+    """The event as an EventDef, its payload text (``char``): the record path's layout."""
+    from pylibbpf.events import defevent
+
+    return defevent("Ev", ("seq", "u64"), ("ts", "u64"), ("payload", "char", size - 16))
+
+
+def skeleton_codec(size: int) -> Any:
+    """The codec of ``struct bench_ev<size>`` from the producer's generated skeleton
+    (``pylibbpf.build.skeleton``, written into benchmarks/build/ and imported from there)."""
+    import importlib.util
+
+    from pylibbpf import build
+
+    path = build.skeleton(PRODUCER_OBJ, PRODUCER_OBJ.with_name("producer_skel.py"), embed=False)
+    spec = importlib.util.spec_from_file_location("producer_skel", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, f"BENCH_EV{size}")
+
+
+@consumer("pylibbpf-ringbuf-record", "ringbuf", modes=("drain",))
+def ringbuf_record(size: int, check: SeqCheck) -> Reader:
+    """rb.read_batch(), each record parsed into an EventRecord by EventDef.parse: the record path."""
+    from pylibbpf import RingBuffer
+
+    parse = text_event_def(size).parse
+    obj, trigger, failures = libbpf_producer("ringbuf", size)
+    rb = RingBuffer(obj.maps[RING_MAP])
+
+    def step(timeout_ms: int) -> int:
+        records = [parse(view) for view in rb.read_batch(timeout_ms / 1000)]
+        return check.walk_rows([r.seq for r in records], [])
+
+    return Reader(step, trigger, failures, closing(rb, obj))
+
+
+@consumer("pylibbpf-ringbuf-skel", "ringbuf", modes=("drain",))
+def ringbuf_skel(size: int, check: SeqCheck) -> Reader:
+    """rb.read_batch() into the skeleton's struct class: one struct.iter_unpack per batch, one call
+    per record (the generated loader: payload to str)."""
+    from pylibbpf import RingBuffer
+
+    codec = skeleton_codec(size)
+    obj, trigger, failures = libbpf_producer("ringbuf", size)
+    rb = RingBuffer(obj.maps[RING_MAP])
+
+    def step(timeout_ms: int) -> int:
+        records = codec.unpack_batch(rb.read_batch(timeout_ms / 1000))
+        return check.walk_rows([r.seq for r in records], [])
+
+    return Reader(step, trigger, failures, closing(rb, obj))
+
+
 #: Bytes of the array a read_into row fills per call: about what one read_batch drains (cache-sized).
 INTO_BYTES = 1 << 20
 

@@ -7,7 +7,8 @@ opened on every online CPU (``Program.attach_perf_event``); it counts
 (process, kernel stack id, user stack id) in a hash map and keeps the frames in
 a stack-trace map. At the end the most frequent stacks are printed as raw
 addresses, user frames first (symbolizing them is pylibbpf.syms' job). Uses
-the public API only.
+the public API and the object's typed skeleton (profile_skel.py, made by
+``pylibbpf skel``) only.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import sys
 import time
 
 from build_objects import object_path
+from profile_skel import ProfileSkel
 
-from pylibbpf import BPFObject, Map
+from pylibbpf import Map
 
 
-def stack_frames(stacks: Map, stack_id: int) -> list[int]:
+def stack_frames(stacks: Map[bytes, bytes], stack_id: int) -> list[int]:
     """The frame addresses of a stack id (negative ids are the kernel's errors: no stack)."""
     if stack_id < 0:
         return []
@@ -39,24 +41,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=10, help="stacks to print (default 10)")
     args = ap.parse_args(argv)
 
-    with BPFObject.open(object_path("profile")) as obj:
-        obj.load()
-        obj.maps["target"][0] = args.pid
-        links = obj.programs["on_sample"].attach_perf_event("cpu-clock", frequency=args.frequency)
+    with ProfileSkel.open(object_path("profile")) as skel:
+        skel.load()
+        skel.maps.target[0] = args.pid
+        links = skel.progs.on_sample.attach_perf_event("cpu-clock", frequency=args.frequency)
         print(f"sampling {len(links)} CPUs at {args.frequency} Hz for {args.duration} s", file=sys.stderr)
         try:
             time.sleep(args.duration)
         finally:
             for link in links:
                 link.destroy()
-        # Keys are records of struct sample_key (pid, kernel and user stack ids, comm); values ints.
-        counted = sorted(((n, tuple(key)) for key, n in obj.maps["samples"].items()), reverse=True)
+        # Keys are SampleKey records (pid, kernel and user stack ids, comm); values ints.
+        counted = sorted(((n, key) for key, n in skel.maps.samples.items()), reverse=True)
         total = sum(n for n, _ in counted)
         print(f"{total} samples, {len(counted)} distinct stacks")
-        stacks = obj.maps["stacks"]
-        for n, (pid, kstack, ustack, comm) in counted[:args.top]:
-            print(f"{n:8d}  {comm} ({pid})")
-            for addr in stack_frames(stacks, ustack) + stack_frames(stacks, kstack):
+        stacks = skel.maps.stacks
+        for n, key in counted[:args.top]:
+            print(f"{n:8d}  {key.comm} ({key.pid})")
+            for addr in stack_frames(stacks, key.user_stack) + stack_frames(stacks, key.kernel_stack):
                 print(f"          {addr:#018x}")
     return 0
 

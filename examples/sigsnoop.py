@@ -1,10 +1,12 @@
 """sigsnoop: trace signals as they are generated, with per-sender counts each interval.
 
-A port-style tool written with pylibbpf's public API only: the filters are
-``const volatile`` globals set through ``obj.globals`` before load, events come
-through a ring buffer, and the counts live in a typed hash map (key: a struct)
-read and emptied each interval with ``pop_items()``; what is left at the end is
-read with ``lookup_batch()``.
+A port-style tool written with pylibbpf's public API and the object's typed
+skeleton (sigsnoop_skel.py, made by ``pylibbpf skel``; ``make build`` keeps it
+current): the filters are ``const volatile`` globals set through
+``skel.rodata`` before load, events come through a ring buffer as
+``SigEvent`` records (``skel.events``), and the counts live in a typed hash map
+(``Map[SigKey, int]``) read and emptied each interval with ``pop_items()``;
+what is left at the end is read with ``lookup_batch()``.
 
 Run as root (the BPF object is compiled on first use, see build_objects.py):
 
@@ -21,11 +23,9 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from build_objects import object_path
-
-from pylibbpf import BPFObject, RingBuffer
+from sigsnoop_skel import SigEvent, SigKey, SigsnoopSkel
 
 
 def signal_name(sig: int) -> str:
@@ -43,7 +43,7 @@ def _on_term(signum: int, frame: FrameType | None) -> None:
     raise Stop
 
 
-def print_counts(title: str, pairs: list[tuple[Any, int]]) -> None:
+def print_counts(title: str, pairs: list[tuple[SigKey, int]]) -> None:
     for key, n in sorted(pairs, key=lambda kv: (-kv[1], kv[0].pid, kv[0].sig)):
         print(f"{title} pid={key.pid} sig={signal_name(key.sig)} n={n}", flush=True)
 
@@ -58,41 +58,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--object", type=Path, default=None, help="a compiled sigsnoop.bpf.o (default: build it)")
     args = ap.parse_args(argv)
 
-    with BPFObject.open(args.object or object_path("sigsnoop")) as obj:
-        obj.globals["targ_pid"] = args.pid          # filters: .rodata, set before load
-        obj.globals["targ_sig"] = args.signal
-        obj.globals["failed_only"] = args.failed
-        obj.load()
-        event = obj.btf_struct("sig_event")          # the layout the compiler chose
-        counts = obj.maps["counts"]                  # typed: key is a record (pid, sig), value an int
+    with SigsnoopSkel.open(args.object or object_path("sigsnoop")) as skel:
+        skel.rodata.targ_pid = args.pid              # filters: .rodata, set before load
+        skel.rodata.targ_sig = args.signal
+        skel.rodata.failed_only = args.failed
+        skel.load()
+        counts = skel.maps.counts                    # Map[SigKey, int]
 
-        def show(data: memoryview) -> None:
-            e = event.parse(data)
-            print(f"{e.pid:<7} {e.comm:<16} {signal_name(e.sig):<9} {e.tpid:<7} {e.result}", flush=True)
+        def show(events: list[SigEvent]) -> None:
+            for e in events:
+                print(f"{e.pid:<7} {e.comm:<16} {signal_name(e.sig):<9} {e.tpid:<7} {e.result}", flush=True)
 
-        links = obj.attach_all()
+        links = skel.attach()
         signal.signal(signal.SIGTERM, _on_term)
         print(f"{'PID':<7} {'COMM':<16} {'SIG':<9} {'TPID':<7} RESULT", flush=True)
         print("tracing signals; Ctrl-C to end", file=sys.stderr, flush=True)
         end = None if args.duration is None else time.monotonic() + args.duration
         try:
-            with RingBuffer(obj.maps["events"], show) as rb:
-                next_summary = time.monotonic() + args.interval
-                try:
-                    while end is None or time.monotonic() < end:
-                        rb.poll(0.1)
-                        if time.monotonic() >= next_summary:
-                            print_counts("interval", counts.pop_items())  # read and reset, atomically per key
-                            next_summary += args.interval
-                except (KeyboardInterrupt, Stop):
-                    pass
-                rb.consume()                          # what arrived before the stop
+            next_summary = time.monotonic() + args.interval
+            try:
+                while end is None or time.monotonic() < end:
+                    show(skel.events.read_batch(0.1))   # SigEvent records, one drain at a time
+                    if time.monotonic() >= next_summary:
+                        print_counts("interval", counts.pop_items())  # read and reset, atomically per key
+                        next_summary += args.interval
+            except (KeyboardInterrupt, Stop):
+                pass
+            show(skel.events.read_batch(0))             # what arrived before the stop
         finally:
             for link in links:
                 link.destroy()
         print_counts("rest", counts.lookup_batch())   # since the last interval
-        if obj.globals["dropped"]:                    # .bss, read live
-            print(f"dropped {obj.globals['dropped']} events (ring buffer full)", file=sys.stderr)
+        if skel.bss.dropped:                          # .bss, read live
+            print(f"dropped {skel.bss.dropped} events (ring buffer full)", file=sys.stderr)
     return 0
 
 

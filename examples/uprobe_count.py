@@ -5,7 +5,8 @@
 BINARY is a path, a program in PATH or a library name ("libc"); SYMBOL is
 resolved in its ELF symbol table by libbpf (``Program.attach_uprobe``). Prints
 ``ready`` once the probe is in place, then, after ``--duration`` seconds (or
-Ctrl-C), one line per process: pid and number of calls. Uses the public API only.
+Ctrl-C), one line per process: pid and number of calls. Uses the public API
+and the object's typed skeleton (uprobe_count_skel.py) only.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ import sys
 import time
 
 from build_objects import object_path
-
-from pylibbpf import BPFObject
+from uprobe_count_skel import UprobeCountSkel
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,15 +27,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=10.0, help="seconds to count (default 10)")
     args = ap.parse_args(argv)
 
-    with BPFObject.open(object_path("uprobe_count")) as obj:
-        obj.load()
-        with obj.programs["on_call"].attach_uprobe(args.binary, args.symbol, pid=args.pid):
+    with UprobeCountSkel.open(object_path("uprobe_count")) as skel:
+        skel.load()
+        with skel.progs.on_call.attach_uprobe(args.binary, args.symbol, pid=args.pid):
             print("ready", flush=True)
             try:
                 time.sleep(args.duration)
             except KeyboardInterrupt:
                 pass
-        rows = sorted(obj.maps["calls"].items(), key=lambda r: -r[1])  # typed: pid -> calls
+        rows = sorted(skel.maps.calls.items(), key=lambda r: -r[1])  # Map[int, int]: pid -> calls
         print(f"{'PID':>8} {'CALLS':>10}  {args.symbol} in {args.binary}")
         for pid, calls in rows:
             print(f"{pid:>8} {calls:>10}")

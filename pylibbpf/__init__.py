@@ -36,7 +36,7 @@ from .events import (
     make_event_parser,
     make_event_serializer,
 )
-from .globals import Globals
+from .globals import Globals, RawGlobals
 from .hist import Histogram
 from .link import Link
 from .loaded import LinkInfo, MapInfo, ProgramInfo, links, maps, programs
@@ -94,6 +94,7 @@ __all__ = [
     "Program",
     "ProgramInfo",
     "ProgramStats",
+    "RawGlobals",
     "RawMap",
     "Record",
     "RingBufConsumer",

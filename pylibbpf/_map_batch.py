@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import errno
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, ItemsView, Iterable, Iterator, ValuesView
 from typing import Any
 
 from . import _libbpf
@@ -187,3 +187,22 @@ def stack_frames(raw: bytes) -> list[int]:
             break
         frames.append(addr)
     return frames
+
+
+class BatchItems(ItemsView[Any, Any]):
+    """A map's ``items()``: each iteration is one batch lookup (``lookup_batch``), not one per key."""
+
+    _mapping: Any
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        yield from self._mapping.lookup_batch()
+
+
+class BatchValues(ValuesView[Any]):
+    """A map's ``values()``: each iteration is one batch lookup."""
+
+    _mapping: Any
+
+    def __iter__(self) -> Iterator[Any]:
+        for _, value in self._mapping.lookup_batch():
+            yield value

@@ -1,12 +1,25 @@
 """What each kind of BPF map is to the Map class: per-CPU, array, keyless, of fds, without elements.
 
 Facts of the kernel's map types (kernel/bpf/*.c) that decide how :class:`~pylibbpf.Map`
-reads and writes a map, kept apart so that the tables read as one list.
+reads and writes a map, kept apart so that the tables read as one list; and ``K``, ``V``,
+the type parameters of ``Map[K, V]``.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ._ffi import lib
+
+if TYPE_CHECKING:  # defaults (PEP 696): a bare ``Map`` is ``Map[Any, Any]``; only type checkers read them
+    from typing_extensions import TypeVar
+
+    K = TypeVar("K", default=Any)
+    V = TypeVar("V", default=Any)
+else:
+    from typing import TypeVar
+
+    K, V = TypeVar("K"), TypeVar("V")
 
 PER_CPU_TYPES = frozenset({lib.BPF_MAP_TYPE_PERCPU_HASH, lib.BPF_MAP_TYPE_PERCPU_ARRAY,
                             lib.BPF_MAP_TYPE_LRU_PERCPU_HASH, lib.BPF_MAP_TYPE_PERCPU_CGROUP_STORAGE})

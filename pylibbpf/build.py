@@ -7,6 +7,7 @@
     pylibbpf.build.compile("prog.bpf.c")             # -> Path("prog.bpf.o")
     BPFObject.compile(source_or_path, cflags=())     # compile and open, bcc-style one-file tools
     pylibbpf.build.event_def(header_text, "struct event")   # = EventDef.from_c: a C struct's layout
+    pylibbpf.build.skeleton("prog.bpf.o")            # -> Path("prog_skel.py"), a typed skeleton
 
 Only compiling needs clang (with the BPF target, any version from 14 on);
 installing pylibbpf and loading prebuilt objects needs no compiler. The
@@ -35,6 +36,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import _check, _libbpf, _shim, events
+from ._skelemit import generate
+from ._skelmodel import EventSpec, stem_of
 from .btf import struct_event_def, struct_names
 from .events import EventDef
 
@@ -275,7 +278,8 @@ def default_output(source: str | os.PathLike[str]) -> Path:
 
 
 def compile(source_or_path: str | os.PathLike[str] | bytes, output: str | os.PathLike[str] | None = None, *,
-            cflags: Sequence[str] = ()) -> Path:
+            cflags: Sequence[str] = (), skel: bool = False, events: Sequence[str] = (),
+            raw_chars: Sequence[str] = ()) -> Path:
     """Compile one BPF C program into a CO-RE object with clang; returns the object's path.
 
     ``source_or_path`` is a path to the ``.bpf.c`` file, or the C text itself
@@ -291,12 +295,85 @@ def compile(source_or_path: str | os.PathLike[str] | bytes, output: str | os.Pat
     Each diagnostic clang prints for a program it compiles (``x == 1;`` where
     ``x = 1;`` was meant) is issued as a :class:`CompileWarning`.
 
+    ``skel=True`` also writes the object's typed skeleton beside it
+    (:func:`skeleton`, ``prog_skel.py``, the object embedded), ``events``
+    naming the struct of each ring or perf buffer (``"events=struct event"``),
+    ``raw_chars`` the char arrays it reads as bytes.
+
     Blocks while clang runs. Raises CompileError when clang is missing or
     fails (``.output`` holds its diagnostics), FileNotFoundError for a missing
     source file, TypeError/ValueError for bad arguments.
     """
+    specs = _event_specs(events)
+    raw = _names(raw_chars, "raw_chars")
+    if (specs or raw) and not skel:
+        raise ValueError("events and raw_chars describe a skeleton: they need skel=True")
     out, stderr = _compile(source_or_path, output, cflags)
     _warn(stderr)
+    if skel:
+        skeleton(out, events=specs, raw_chars=raw)
+    return out
+
+
+def _names(names: Sequence[str], param: str) -> list[str]:
+    if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
+        raise TypeError(f"{param} must be a sequence of names, got {names!r:.60}")
+    return [_check.string(n, f"{param} item") for n in names]
+
+
+def _event_specs(events: Sequence[str | EventSpec]) -> list[EventSpec]:
+    if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
+        raise TypeError(f"events must be a sequence of 'MAP=struct NAME' strings, got {events!r:.60}")
+    return [e if isinstance(e, EventSpec) else EventSpec.parse(_check.string(e, "events item")) for e in events]
+
+
+def default_skeleton(object_path: str | os.PathLike[str], name: str | None = None) -> Path:
+    """``x.bpf.o`` -> ``x_skel.py`` beside the object (``NAME_skel.py`` with a ``name``)."""
+    path = Path(object_path)
+    return path.with_name(f"{name or stem_of(path.name)}_skel.py")
+
+
+def skeleton(object_path: str | os.PathLike[str], output: str | os.PathLike[str] | None = None, *,
+             name: str | None = None, events: Sequence[str | EventSpec] = (), embed: bool = True,
+             raw_chars: Sequence[str] = ()) -> Path:
+    """Write the typed skeleton module of a compiled object; returns the module's path.
+
+    ``output`` defaults to ``<stem>_skel.py`` beside the object (``run_qlat.bpf.o``
+    -> ``run_qlat_skel.py``, class ``RunQlatSkel``); ``name`` replaces the stem.
+    ``events`` say which struct each ring buffer or perf event array carries
+    (``"events=struct event"``; see :mod:`pylibbpf.skel` for the BTF hint that
+    does without). ``raw_chars`` names the ``char`` arrays read as ``bytes``
+    (every byte, NULs included) rather than ``str``: ``struct.field`` (the
+    struct's C name), a global variable, ``map.key``/``map.value``, or ``"*"``
+    for every one. ``embed=True`` puts the object's bytes in the module (base64:
+    the module alone is enough to run); ``embed=False`` makes it open the object
+    from where it is now, relative to the module's directory.
+
+    The same object and options give the same bytes. The file is replaced
+    only when its text changes. Raises FileNotFoundError for a missing object,
+    BPFError when libbpf cannot open it, ValueError when it has no BTF or an
+    event names a map that is not a ring or perf buffer or a ``raw_chars``
+    name no char array, KeyError for a struct its BTF lacks.
+    """
+    obj = Path(_check.path(object_path, "object_path"))
+    if name is not None and not re.fullmatch(r"[A-Za-z_]\w*", _check.string(name, "name")):
+        raise ValueError(f"name must be an identifier (the class is NAMESkel), got {name!r}")
+    out = Path(_check.path(output, "output")) if output is not None else default_skeleton(obj, name)
+    if out.suffix != ".py" or not out.stem.isidentifier():
+        raise ValueError(f"output must be a module file NAME.py with NAME an identifier, got {str(out)!r}")
+    if not obj.is_file():
+        raise FileNotFoundError(f"object_path: no such file {str(obj)!r}")
+    data = obj.read_bytes()
+    relative = None if embed else os.path.relpath(obj.resolve(), out.resolve().parent)
+    text = generate(data, object_name=obj.name, module_name=out.stem, events=_event_specs(events),
+                    name=name, object_path=relative, raw_chars=_names(raw_chars, "raw_chars"))
+    if not out.exists() or out.read_text() != text:
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.{threading.get_ident()}")
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
     return out
 
 

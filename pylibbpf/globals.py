@@ -5,7 +5,8 @@ from the section's DATASEC in the object's BTF. Before load a variable is read
 and written in libbpf's initial image of its section; after load in the
 section the kernel maps into this process (``.data``/``.bss`` live, ``.rodata``
 read-only). A section resized before load (``m.value_size = n`` on its map)
-shows its last array at the new length.
+shows its last array at the new length. ``obj.globals.raw`` is the same
+variables as bytes (:class:`RawGlobals`).
 
 Every read and write holds the variables' lock, and :meth:`Globals.close`
 (called by ``BPFObject.close()`` before the object's memory is freed) takes it
@@ -119,6 +120,9 @@ class Globals(MutableMapping[str, Any]):
         self._sections = global_sections(maps, btf) if btf is not None else {}
         self._guard = _Guard()
         self._closed = False
+        #: The same variables as bytes (:class:`RawGlobals`): ``globals.raw["cfg"]`` is the
+        #: variable's bytes, ``globals.raw["cfg"] = data`` writes exactly its size.
+        self.raw = raw_globals(self)
         self._sizes: dict[str, int] = {}
         self._vars: dict[str, _Var] = {}
         self._scan()
@@ -169,6 +173,11 @@ class Globals(MutableMapping[str, Any]):
         return _libbpf.bpf_map__c_initial_value(var.map.c_ptr)
 
     def __getitem__(self, name: str) -> Any:
+        var, raw = self._read(name)
+        return var.type.decode(raw)
+
+    def _read(self, name: str) -> tuple[_Var, bytes]:
+        """The variable ``name`` and a copy of its bytes, read under the lock."""
         with self._guard.lock:
             var = self._var(name)
             ptr, size = self._section_memory(var)
@@ -177,29 +186,43 @@ class Globals(MutableMapping[str, Any]):
             else:  # loaded but not mmapable (only static variables): read the map's one element
                 section = var.map.raw.lookup(0)
                 raw = section[var.offset:var.offset + var.size]
-        return var.type.decode(raw)
+        return var, raw
 
     def __setitem__(self, name: str, value: Any) -> None:
         with self._guard.lock:
             var = self._var(name)
-            data = var.type.encode(value, f"global {name!r}")
-            if self._owner.load_failed:
-                raise BPFError(errno.EPERM, f"global {name!r}: BPFObject.load() failed, so libbpf has frozen "
-                               "the sections: only close() is left", f"globals[{name!r}]")
-            loaded = self._owner.loaded
-            if loaded and var.section.startswith(".rodata"):
-                raise BPFError(errno.EPERM, f"global {name!r} is in {var.section}, frozen by BPFObject.load(): "
-                               "set it before load()", f"globals[{name!r}]")
-            ptr, size = self._section_memory(var)
-            if ptr != ffi.NULL and var.offset + var.size <= size:
-                ffi.memmove(ptr + var.offset, data, len(data))
-            elif loaded:  # not mmapable: rewrite the section's one element (not atomic with the program)
-                section = bytearray(var.map.raw[0])
-                section[var.offset:var.offset + var.size] = data
-                var.map.raw[0] = bytes(section)
-            else:
-                raise BPFError(errno.EINVAL, f"global {name!r}: section {var.section} has no initial image",
-                               f"globals[{name!r}]")
+            self._write(name, var, var.type.encode(value, f"global {name!r}"))
+
+    def _write(self, name: str, var: _Var, data: bytes) -> None:
+        """Write ``data`` (exactly the variable's size) into variable ``name``; the caller holds the lock."""
+        if self._owner.load_failed:
+            raise BPFError(errno.EPERM, f"global {name!r}: BPFObject.load() failed, so libbpf has frozen "
+                           "the sections: only close() is left", f"globals[{name!r}]")
+        loaded = self._owner.loaded
+        if loaded and var.section.startswith(".rodata"):
+            raise BPFError(errno.EPERM, f"global {name!r} is in {var.section}, frozen by BPFObject.load(): "
+                           "set it before load()", f"globals[{name!r}]")
+        ptr, size = self._section_memory(var)
+        if ptr != ffi.NULL and var.offset + var.size <= size:
+            ffi.memmove(ptr + var.offset, data, len(data))
+        elif loaded:  # not mmapable: rewrite the section's one element (not atomic with the program)
+            section = bytearray(var.map.raw[0])
+            section[var.offset:var.offset + var.size] = data
+            var.map.raw[0] = bytes(section)
+        else:
+            raise BPFError(errno.EINVAL, f"global {name!r}: section {var.section} has no initial image",
+                           f"globals[{name!r}]")
+
+    def _write_raw(self, name: str, value: object) -> None:
+        """``globals.raw[name] = value``: bytes of exactly the variable's size."""
+        with self._guard.lock:
+            var = self._var(name)
+            if not isinstance(value, (bytes, bytearray, memoryview)):
+                raise TypeError(f"global {name!r}: raw value must be bytes, not {type(value).__name__}")
+            data = bytes(value)
+            if len(data) != var.size:
+                raise ValueError(f"global {name!r}: raw value must be {var.size} bytes, got {len(data)}")
+            self._write(name, var, data)
 
     def __delitem__(self, name: str) -> None:
         with self._guard.lock:
@@ -223,6 +246,47 @@ class Globals(MutableMapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"<globals of {self._owner.name}: {', '.join(self._vars) or 'none'}>"
+
+
+class RawGlobals(MutableMapping[str, bytes]):
+    """``obj.globals.raw``: the variables as bytes, as ``Map.raw`` is a map's elements as bytes.
+
+    ``raw[name]`` is a copy of the variable's bytes; ``raw[name] = data`` writes
+    ``data``, which must be bytes-like of exactly the variable's size
+    (ValueError otherwise). Names, sections, the lock, what may be written
+    when, and the errors are those of :class:`Globals`.
+    """
+
+    _globals: Globals
+
+    def __init__(self) -> None:
+        """Not called directly: ``obj.globals.raw`` is an object's RawGlobals."""
+        raise TypeError("RawGlobals objects come from obj.globals.raw")
+
+    def __getitem__(self, name: str) -> bytes:
+        return self._globals._read(name)[1]
+
+    def __setitem__(self, name: str, value: bytes) -> None:
+        self._globals._write_raw(name, value)
+
+    def __delitem__(self, name: str) -> None:
+        del self._globals[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._globals)
+
+    def __len__(self) -> int:
+        return len(self._globals)
+
+    def __repr__(self) -> str:
+        return f"<raw {repr(self._globals)[1:]}"
+
+
+def raw_globals(g: Globals) -> RawGlobals:
+    """``g.raw``: the bytes protocol over ``g``."""
+    raw = RawGlobals.__new__(RawGlobals)
+    raw._globals = g
+    return raw
 
 
 def new_globals(owner: GlobalsOwner, maps: Iterable[Map], btf: CData | None) -> Globals:

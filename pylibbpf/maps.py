@@ -20,13 +20,23 @@ import abc
 import builtins
 import errno
 import os
-from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, MutableMapping, Sequence, ValuesView
-from typing import Any, Protocol
+from collections.abc import (
+    Callable,
+    ItemsView,
+    Iterable,
+    Iterator,
+    KeysView,
+    Mapping,
+    MutableMapping,
+    Sequence,
+    ValuesView,
+)
+from typing import TYPE_CHECKING, Any, Generic, Protocol
 
 from . import _check, _kernel, _libbpf, _map_batch, _map_fd, loaded
 from ._ffi import ffi, lib
 from ._map_batch import ENOTSUPP as ENOTSUPP  # also reachable as pylibbpf.maps.ENOTSUPP
-from ._map_types import ARRAY_TYPES, KEYLESS, MAP_OF_MAPS, NO_ELEMENTS, PER_CPU_TYPES
+from ._map_types import ARRAY_TYPES, KEYLESS, MAP_OF_MAPS, NO_ELEMENTS, PER_CPU_TYPES, K, V
 from .btf import BytesType, ValueType, value_type
 from .errors import BPFError
 from .events import EventDef
@@ -221,10 +231,10 @@ class _Elements(MutableMapping[Any, Any]):
 
     def items(self) -> ItemsView[Any, Any]:
         """(key, value) pairs, read in batches where the map type has them (see :meth:`lookup_batch`)."""
-        return _BatchItems(self)
+        return _map_batch.BatchItems(self)
 
     def values(self) -> ValuesView[Any]:
-        return _BatchValues(self)
+        return _map_batch.BatchValues(self)
 
     def clear(self) -> None:
         """Remove every element (batched); array maps, whose elements cannot be removed, are zeroed."""
@@ -303,21 +313,6 @@ class _Elements(MutableMapping[Any, Any]):
         return id(self)
 
 
-class _BatchItems(ItemsView[Any, Any]):
-    _mapping: _Elements
-
-    def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        yield from self._mapping.lookup_batch()
-
-
-class _BatchValues(ValuesView[Any]):
-    _mapping: _Elements
-
-    def __iter__(self) -> Iterator[Any]:
-        for _, value in self._mapping.lookup_batch():
-            yield value
-
-
 class RawMap(_Elements):
     """``Map.raw``: the map's element protocol on bytes, whatever its BTF says.
 
@@ -347,8 +342,8 @@ class RawMap(_Elements):
         return f"<RawMap {self._map.name!r}>"
 
 
-class Map(_Elements):
-    """One map of a BPFObject (``bpf_map``): a typed ``MutableMapping``.
+class Map(_Elements, Generic[K, V]):
+    """One map of a BPFObject (``bpf_map``): a typed ``MutableMapping``, ``Map[K, V]`` to type checkers.
 
     Keys and values are typed from the map's BTF: ints, bools, str for char
     arrays, tuples for other arrays, records (``EventDef.parse`` results) for
@@ -375,6 +370,20 @@ class Map(_Elements):
     finalizer closes a forgotten one), and the kernel frees the map when
     nothing else holds it.
     """
+
+    if TYPE_CHECKING:  # the element protocol in the map's key and value types (a generated skeleton's maps)
+        def __getitem__(self, key: K) -> V: ...
+        def __setitem__(self, key: K, value: V) -> None: ...
+        def __delitem__(self, key: K) -> None: ...
+        def __iter__(self) -> Iterator[K]: ...
+        def lookup(self, key: K) -> V | None: ...
+        def keys(self) -> KeysView[K]: ...
+        def values(self) -> ValuesView[V]: ...
+        def items(self) -> ItemsView[K, V]: ...
+        def lookup_batch(self) -> list[tuple[K, V]]: ...
+        def pop_items(self) -> list[tuple[K, V]]: ...
+        def update_batch(self, mapping: Mapping[K, V] | Iterable[tuple[K, V]], flags: int = 0) -> None: ...
+        def delete_batch(self, keys: Iterable[K]) -> int: ...
 
     def __init__(self) -> None:
         """Not called directly: a map comes from ``obj.maps[name]``, :meth:`from_id`, :meth:`from_pin`

@@ -44,6 +44,7 @@ from pylibbpf import (
     SamplingConsumer,
     UserRingBuffer,
     btf,
+    build,
     defevent,
     features,
     make_event_parser,
@@ -60,6 +61,7 @@ from pylibbpf.asm import exit_, load_program, mov
 from pylibbpf.events import UnknownFieldError
 
 ROOT = Path(__file__).resolve().parent.parent
+RINGBUF_OBJ = ROOT / "tests" / "bpf" / "build" / "ringbuf.bpf.o"  # built by the ctx fixture's bpf_objects
 TABLE_PAGE = ROOT / "docs" / "reliability.md"  # the page that holds the table
 START, END = "<!-- bad-input-table:start -->", "<!-- bad-input-table:end -->"
 
@@ -712,6 +714,25 @@ CASES: list[Case] = [
          ValueError, r"^name must be one of 'tp_btf', .*; got 'fentry_multi'$"),
     Case("`features.tracepoint('../x', 'y')`", lambda c: features.tracepoint("../x", "y"),
          ValueError, r"^category must be a tracefs event name \(letters, digits, _ . -\), got '../x'$"),
+    # -- typed skeletons: what pylibbpf.build.skeleton() is given -----------------------------
+    Case("`build.skeleton('/nonexistent/x.bpf.o')`", lambda c: build.skeleton("/nonexistent/x.bpf.o"),
+         FileNotFoundError, r"^object_path: no such file '/nonexistent/x.bpf.o'$"),
+    Case("`build.skeleton(obj, name='1x')`", lambda c: build.skeleton(RINGBUF_OBJ, name="1x"),
+         ValueError, r"^name must be an identifier \(the class is NAMESkel\), got '1x'$"),
+    Case("`build.skeleton(obj, 'x.txt')`", lambda c: build.skeleton(RINGBUF_OBJ, "x.txt"),
+         ValueError, r"^output must be a module file NAME.py with NAME an identifier, got 'x.txt'$"),
+    Case("`build.skeleton(obj, events=['rb'])`", lambda c: build.skeleton(RINGBUF_OBJ, events=["rb"]),
+         ValueError, r"^event: expected MAP=struct NAME \(as events='struct event'\), got 'rb'$"),
+    Case("`build.skeleton(obj, events='rb=struct x')` (a str, not a list)",
+         lambda c: build.skeleton(RINGBUF_OBJ, events="rb=struct x"),
+         TypeError, r"^events must be a sequence of 'MAP=struct NAME' strings, got 'rb=struct x'$"),
+    Case("`build.skeleton(obj, events=['rb=struct nope'])`",
+         lambda c: build.skeleton(RINGBUF_OBJ, events=["rb=struct nope"]),
+         KeyError, r"^event rb=struct nope: no struct named 'nope' in the object's BTF"),
+    Case("`build.skeleton(obj, raw_chars=['emit_args.nope'])`",
+         lambda c: build.skeleton(RINGBUF_OBJ, raw_chars=["emit_args.nope"]),
+         ValueError, r"^raw_chars: 'emit_args.nope' names no char array of a struct member"),
+
 ]
 
 

@@ -411,22 +411,21 @@ def test_inspect_bundled_objects_without_privileges(bpf_privileged: None) -> Non
 
 
 def test_rodata_configuration_before_load(bpf_privileged: None) -> None:
-    """The filters travel in .rodata, set with Map.set_initial_value before load and frozen after."""
-    from pylibbpf import BPFError, BPFObject
+    """The filters travel in .rodata (the skeleton's ``rodata.cfg``), set before load and frozen after."""
+    from pylibbpf import BPFError
 
-    with BPFObject.open(cli_trace.TOOLS["exec"].object_path) as obj:
-        rodata = obj.maps["exec.rodata"]
-        config = obj.btf_struct("tool_config")
+    with cli_trace.TOOLS["exec"].skeleton.open() as skel:
+        rodata = skel.obj.maps["exec.rodata"]
+        config = skel.obj.btf_struct("tool_config")
         assert rodata.initial_value == bytes(config.size)
-        with pytest.raises(ValueError, match="must be 32 bytes"):
-            rodata.set_initial_value(b"short")
-        cli_trace.configure(obj, pid=42, comm="a-very-long-command-name", use_perf=True)
-        values = config.parse(rodata.initial_value)
+        cli_trace.configure(skel, pid=42, comm="a-very-long-command-name", use_perf=True)
+        values = config.parse(rodata.initial_value)   # the bytes the skeleton wrote, read with the BTF layout
         assert (values.target_tgid, values.exclude_tgid, values.use_perf) == (42, os.getpid(), 1)
         assert values.target_comm == "a-very-long-com"  # 15 bytes: what the kernel keeps of a name
-        obj.load()
+        assert skel.rodata.cfg.target_comm == "a-very-long-com"
+        skel.load()
         with pytest.raises(BPFError):
-            rodata.set_initial_value(bytes(config.size))
+            skel.rodata.cfg = skel.rodata.cfg._replace(target_tgid=1)
 
 
 # --- errors a person can act on ------------------------------------------------------------------

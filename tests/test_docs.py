@@ -21,11 +21,21 @@ ORDINALS = ("first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|el
 HISTORY = re.compile(rf"(?i:\b({ORDINALS})('s)? sessions?\b)|\b({ORDINALS.title()}) round\b")
 
 
-@pytest.mark.usefixtures("bpf_objects")  # the examples use tests/bpf/build/*.bpf.o
+@pytest.fixture(scope="session")
+def example_objects() -> None:
+    """The examples' objects (examples/build/), which their skeletons (examples/*_skel.py) open."""
+    import build_bpf
+
+    build_bpf.build(ROOT / "examples", ROOT / "examples" / "build")
+
+
+# The blocks use tests/bpf/build/*.bpf.o, and the examples' skeletons (importable by name, as a
+# tool beside its skeleton imports it).
+@pytest.mark.usefixtures("bpf_objects", "example_objects")
 @pytest.mark.parametrize(("page", "index", "code"), EXAMPLES,
                          ids=[f"{p.relative_to(ROOT)}#{i}" for p, i, _ in EXAMPLES])
 def test_every_example_runs(page: Path, index: int, code: str) -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "examples")]))
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, f"{page.relative_to(ROOT)} example #{index} failed:\n{code}\n{proc.stderr}"

@@ -57,6 +57,16 @@ struct event_head {
 	__u64 ts;
 };
 
+/* An event's layout at each size of the suite, as a tool would declare it (the sequence, the time,
+ * then text): the typed-skeleton rows read records as these structs (benchmarks/consumers_py.py).
+ * The global pointers keep them in BTF. */
+struct bench_ev32 { __u64 seq; __u64 ts; char payload[16]; };
+struct bench_ev128 { __u64 seq; __u64 ts; char payload[112]; };
+struct bench_ev1024 { __u64 seq; __u64 ts; char payload[1008]; };
+struct bench_ev32 *keep_ev32 __attribute__((unused));
+struct bench_ev128 *keep_ev128 __attribute__((unused));
+struct bench_ev1024 *keep_ev1024 __attribute__((unused));
+
 struct loop_ctx {
 	__u64 first_seq;
 	__u64 count;

@@ -8,7 +8,9 @@
     pylibbpf inspect OBJ.bpf.o [--json] [--struct NAME]        (cli/inspect.py)
     pylibbpf features [--json]                                 (cli/features.py)
     pylibbpf runqlat [--interval S [--count N]] [-m] [--pid P] [--per-process] [--json]   (cli/runqlat.py)
-    pylibbpf build PROG.bpf.c [-o PROG.bpf.o]      (cli/build.py)
+    pylibbpf build PROG.bpf.c [-o PROG.bpf.o] [--skel [--event MAP=struct NAME]]   (cli/build.py)
+    pylibbpf skel OBJ.bpf.o [-o MODULE.py] [--name NAME] [--event MAP=struct NAME] [--raw-chars NAME]
+                  [--no-embed]   (cli/skel.py)
     pylibbpf profile [--frequency HZ] [--cpu N] [--pid P] [--duration S] [--folded|--json]   (cli/profile.py)
     pylibbpf exporter CONFIG.yaml [--listen HOST:PORT] [--metrics-path /metrics]   (cli/exporter.py)
 
@@ -50,6 +52,7 @@ from .features import add_parser as add_features_parser
 from .inspect import add_parser as add_inspect_parser
 from .profile import add_parser as add_profile_parser
 from .runqlat import add_parser as add_runqlat_parser
+from .skel import add_parser as add_skel_parser
 from .trace import add_parser as add_trace_parser
 
 # --- the command line --------------------------------------------------------------------------
@@ -92,6 +95,7 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     add_features_parser(sub)
     add_runqlat_parser(sub)
     add_build_parser(sub)
+    add_skel_parser(sub)
     add_profile_parser(sub)
     add_exporter_parser(sub)
     return parser, dict(sub.choices)

@@ -18,11 +18,14 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn, TextIO
+from typing import NoReturn, TextIO, TypeVar
 
 from ..errors import BPFError, LoadError
 from ..link import Link
 from ..object import BPFObject
+from ..skel import Skeleton
+
+SkelT = TypeVar("SkelT", bound=Skeleton)
 
 #: Where the bundled objects are installed (package data).
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "bpf"
@@ -127,14 +130,15 @@ def privilege_error(e: BPFError) -> CommandError:
     return CommandError(f"loading BPF programs needs {PRIVILEGES} ({e.strerror}: {e.what})")
 
 
-def open_bundled(name: str) -> BPFObject:
-    """Open the bundled ``NAME.bpf.o`` (not loaded)."""
-    path = BUNDLED_DIR / f"{name}.bpf.o"
-    if not path.exists():
+def open_skeleton(skel: type[SkelT]) -> SkelT:
+    """Open a bundled program through its typed skeleton (``pylibbpf.bpf.NAME_skel``; not loaded)."""
+    source = skel.default_object()
+    path = source if isinstance(source, Path) else Path(f"{skel.OBJECT_NAME}.bpf.o")
+    if isinstance(source, Path) and not source.exists():
         raise CommandError(f"the bundled program {path.name} is missing from {path.parent}: "
                            "build the package (`make build`, or `pip install .`)")
     try:
-        return BPFObject.open(path)
+        return skel.open()
     except BPFError as e:
         raise CommandError(f"cannot open the bundled program {path}: {e.strerror}") from e
 

@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterable, Sequence
 from types import FrameType
 from typing import Any
 
+from ..bpf.profile_skel import ProfileSkel
 from ..errors import BPFError
 from ..features import online_cpus
 from ..link import Link
@@ -68,7 +69,7 @@ from ._common import (
     cpu_number,
     detach,
     load_object,
-    open_bundled,
+    open_skeleton,
     pid_number,
     pipe_broken,
     point_at_devnull,
@@ -264,12 +265,13 @@ def _check_target(args: argparse.Namespace) -> list[int] | None:
 
 def open_profile(*, pid: int | None, kernel: bool, user: bool, idle: bool, verbose: bool = False) -> BPFObject:
     """profile.bpf.o configured and loaded (the caller owns it: close it). CommandError when refused."""
-    obj = open_bundled("profile")
+    skel = open_skeleton(ProfileSkel)
+    obj = skel.obj
     try:
-        obj.globals["target_tgid"] = pid or 0
-        obj.globals["include_idle"] = idle
-        obj.globals["kernel_stacks"] = kernel
-        obj.globals["user_stacks"] = user
+        skel.rodata.target_tgid = pid or 0
+        skel.rodata.include_idle = idle
+        skel.rodata.kernel_stacks = kernel
+        skel.rodata.user_stacks = user
         load_object(obj, verbose)
     except BaseException:
         obj.close()

@@ -31,19 +31,19 @@ import time
 from typing import Any, TextIO
 
 from .. import btf, features
+from ..bpf.runqlat_skel import RunqlatConfig, RunqlatSkel
 from ..errors import BPFError
 from ..hist import Histogram
 from ..maps import Map
 from ..object import BPFObject
 from ._common import (
-    CommandError,
     StatusLine,
     Terminate,
     attach_all,
     check_btf,
     detach,
     load_object,
-    open_bundled,
+    open_skeleton,
     output_error,
     pid_number,
     pipe_broken,
@@ -85,9 +85,10 @@ def open_runqlat(*, pid: int | None, per_process: bool, milliseconds: bool, verb
         flavour = choose_flavour()
     elif flavour not in FLAVOURS:
         raise ValueError(f"flavour must be one of {', '.join(FLAVOURS)}, got {flavour!r}")
-    obj = open_bundled("runqlat")
+    skel = open_skeleton(RunqlatSkel)
+    obj = skel.obj
     try:
-        _configure(obj, pid=pid, per_process=per_process, milliseconds=milliseconds)
+        _configure(skel, pid=pid, per_process=per_process, milliseconds=milliseconds)
         for prog in obj.programs.values():
             prog.autoload = prog.section.startswith(flavour + "/")
         load_object(obj, verbose)
@@ -97,14 +98,10 @@ def open_runqlat(*, pid: int | None, per_process: bool, milliseconds: bool, verb
     return obj, flavour
 
 
-def _configure(obj: BPFObject, *, pid: int | None, per_process: bool, milliseconds: bool) -> None:
-    """Write ``struct runqlat_config`` (the object's only .rodata variable) before load."""
-    config = obj.btf_struct("runqlat_config")
-    rodata = [m for m in obj.maps.values() if m.name.endswith(".rodata")]
-    if len(rodata) != 1 or rodata[0].value_size != config.size:
-        raise CommandError(f"{obj.name}: .rodata does not hold exactly one struct runqlat_config: rebuild it")
-    rodata[0].set_initial_value(config.serialize({
-        "target_tgid": pid or 0, "per_process": int(per_process), "milliseconds": int(milliseconds)}))
+def _configure(skel: RunqlatSkel, *, pid: int | None, per_process: bool, milliseconds: bool) -> None:
+    """Write ``struct runqlat_config`` (``skel.rodata.cfg``) before load."""
+    skel.rodata.cfg = RunqlatConfig(target_tgid=pid or 0, per_process=int(per_process),
+                                    milliseconds=int(milliseconds))
 
 
 def _slot_counts(hists: Map, clear: bool) -> list[tuple[tuple[int, int], int]]:

@@ -9,8 +9,10 @@
 It loads one of the programs built from ``csrc/bpf/`` (package data in
 ``pylibbpf/bpf/``), sets its load-time configuration (``struct tool_config``
 in ``.rodata``: the filters, the output map), attaches it and prints its
-events until ``--duration`` ends, Ctrl-C, SIGTERM or a closed stdout. Event
-layouts come from the object's BTF; nothing about them is restated here. A
+events until ``--duration`` ends, Ctrl-C, SIGTERM or a closed stdout. Each
+program is opened through its typed skeleton (``pylibbpf/bpf/NAME_skel.py``,
+generated from the object's BTF), whose classes the events are read as;
+nothing about their layouts is restated here. A
 summary (events, drops, late events, events/s) goes to stderr at the end,
 and the command exits 0 on Ctrl-C and on a closed stdout pipe.
 """
@@ -35,20 +37,22 @@ from pathlib import Path
 from typing import Any, TextIO, Union
 
 from .._batch import Batch, OrderedBatch
+from ..bpf import exec_skel, exit_skel, open_skel
 from ..consumers import BackpressureConsumer, BackpressureStats, SamplingConsumer
 from ..errors import BPFError
-from ..events import EventDef, EventRecord
+from ..events import EventDef
 from ..link import Link
 from ..maps import Map
 from ..object import BPFObject
 from ..ordered import OrderedReader, OrderedStats
 from ..ringbuf import RingBuffer
+from ..skel import Codec, Skeleton
 from ._common import (
     BUNDLED_DIR,
     PRIVILEGES,
     CommandError,
     StatusLine,
-    open_bundled,
+    open_skeleton,
     signals_held,
 )
 from ._common import Terminate as _Terminate
@@ -85,16 +89,18 @@ class Column:
 
     header: str
     width: int
-    cell: Callable[[EventRecord], str]
+    cell: Callable[[Any], str]
 
 
 @dataclasses.dataclass(frozen=True)
 class Tool:
-    """A bundled program: its object, the BTF struct of its events and its table."""
+    """A bundled program: its object, its skeleton and event codec, the BTF struct of its events and its table."""
 
     name: str
     help: str
     columns: tuple[Column, ...]
+    skeleton: type[Skeleton]
+    codec: Codec[Any]
 
     @property
     def object_path(self) -> Path:
@@ -109,7 +115,7 @@ def _errno_name(value: int) -> str:
     return errno.errorcode.get(value, str(value))
 
 
-def _exit_status(rec: EventRecord) -> str:
+def _exit_status(rec: Any) -> str:
     if rec.signal:
         try:
             return signal.Signals(rec.signal).name
@@ -150,14 +156,14 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
         Column("UID", 6, lambda r: str(r.uid)),
         Column("COMM", 16, lambda r: r.comm),
         Column("FILENAME", 0, lambda r: r.filename),
-    )),
+    ), exec_skel.ExecSkel, exec_skel.EXEC_EVENT),
     Tool("exit", "every process exit: pid, exit code or signal, lifetime (sched:sched_process_exit)", (
         Column("PID", 7, lambda r: str(r.pid)),
         Column("PPID", 7, lambda r: str(r.ppid)),
         Column("COMM", 16, lambda r: r.comm),
         Column("EXIT", 9, _exit_status),
         Column("AGE(s)", 0, lambda r: f"{r.lifetime_ns / 1e9:.3f}"),
-    )),
+    ), exit_skel.ExitSkel, exit_skel.EXIT_EVENT),
     Tool("open", "every openat(): pid, comm, flags, path and result (syscalls:sys_{enter,exit}_openat)", (
         Column("PID", 7, lambda r: str(r.pid)),
         Column("COMM", 16, lambda r: r.comm),
@@ -165,24 +171,24 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
         Column("ERR", 7, lambda r: _errno_name(-r.ret) if r.ret < 0 else "0"),
         Column("FLAGS", 24, lambda r: open_flags(r.flags & 0xFFFFFFFF)),
         Column("PATH", 0, lambda r: r.path),
-    )),
+    ), open_skel.OpenSkel, open_skel.OPEN_EVENT),
 )}
 
 
 # --- output ------------------------------------------------------------------------------------
 
 class EventPrinter:
-    """Parses each event with its BTF layout and writes it as a table row or a JSON line.
+    """Reads each event as its skeleton's class and writes it as a table row or a JSON line.
 
     Safe to call from a consumer's thread: writes and flushes share one lock.
     When stdout's reader goes away (``| head``), ``closed`` is set and events
     are no longer written; the BrokenPipeError never leaves this class.
     """
 
-    def __init__(self, tool: Tool, event: EventDef, stream: TextIO, *, as_json: bool, status: StatusLine,
+    def __init__(self, tool: Tool, codec: Codec[Any], stream: TextIO, *, as_json: bool, status: StatusLine,
                  lock: threading.Lock) -> None:
         self._tool = tool
-        self._event = event
+        self._codec = codec
         self._stream = stream
         self._json = as_json
         self._status = status
@@ -206,7 +212,7 @@ class EventPrinter:
         """Print one raw event (bytes or memoryview of the event struct, perf padding allowed)."""
         if self.closed.is_set():
             return
-        rec = self._event.parse(data)
+        rec = self._codec.unpack(data)
         wall = datetime.datetime.fromtimestamp((rec.ts + self._wall_offset_ns) / 1e9)
         if self._json:
             row = {"time": wall.astimezone().isoformat(timespec="microseconds"), **rec._asdict()}
@@ -496,22 +502,18 @@ def ensure_tracefs() -> None:
                        f"run `mount -t tracefs tracefs {where}` as root (mounting needs CAP_SYS_ADMIN)")
 
 
-def _open_bundled(tool: Tool) -> BPFObject:
-    return open_bundled(tool.name)
+def _open_bundled(tool: Tool) -> Any:
+    return open_skeleton(tool.skeleton)
 
 
-def configure(obj: BPFObject, *, pid: int | None, comm: str | None, use_perf: bool) -> None:
-    """Write the program's ``struct tool_config`` (its only ``.rodata`` variable) before load."""
-    config = obj.btf_struct("tool_config")
-    rodata = [m for m in obj.maps.values() if m.name.endswith(".rodata")]
-    if len(rodata) != 1 or rodata[0].value_size != config.size:
-        raise CommandError(f"{obj.name}: .rodata does not hold exactly one struct tool_config: rebuild it")
-    rodata[0].set_initial_value(config.serialize({
-        "target_tgid": pid or 0,
-        "exclude_tgid": os.getpid(),  # the tracer's own opens and execs are noise
-        "target_comm": (comm or "").encode()[:_COMM_MAX],
-        "use_perf": int(use_perf),
-    }))
+def configure(skel: Any, *, pid: int | None, comm: str | None, use_perf: bool) -> None:
+    """Write the program's ``struct tool_config`` (``skel.rodata.cfg``) before load."""
+    skel.rodata.cfg = skel.rodata.cfg._replace(
+        target_tgid=pid or 0,
+        exclude_tgid=os.getpid(),  # the tracer's own opens and execs are noise
+        target_comm=(comm or "").encode()[:_COMM_MAX],
+        use_perf=int(use_perf),
+    )
 
 
 def _attach(obj: BPFObject) -> list[Link]:
@@ -548,15 +550,17 @@ def cmd_trace(args: argparse.Namespace) -> int:
     _check_btf()
     lock = threading.Lock()
     status = StatusLine(sys.stderr, lock)
-    with _open_bundled(tool) as obj:
+    with _open_bundled(tool) as skel:
+        obj = skel.obj
         event = obj.btf_struct(tool.event)
-        configure(obj, pid=args.pid, comm=args.comm, use_perf=args.ordered)
+        configure(skel, pid=args.pid, comm=args.comm, use_perf=args.ordered)
         _load(obj, args.verbose)
         printer: Output
         if args.format == "arrow":
             printer = ArrowWriter(event, open_output(args.output), ordered=args.ordered)
         else:
-            printer = EventPrinter(tool, event, sys.stdout, as_json=args.format == "json", status=status, lock=lock)
+            printer = EventPrinter(tool, tool.codec, sys.stdout, as_json=args.format == "json", status=status,
+                                   lock=lock)
         source: EventSource | None = None
         links = _attach(obj)
         started = time.monotonic()
