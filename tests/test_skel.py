@@ -311,6 +311,11 @@ def test_mypy_strict_checks_the_module_and_the_code_using_it(skel_path: Path, tm
     assert 'bad.py:6: error: Incompatible types in assignment (expression has type "str", variable has type ' \
            '"int")' in done.stdout
     assert 'bad.py:7: error: "TskelEvent" has no attribute "pidd"' in done.stdout
+    # mypy's message names the types; with --pretty it shows the assignment too, naming the global
+    done = run_tool("python", "-m", "mypy", "--strict", "--no-incremental", "--pretty", "bad.py", cwd=tmp_path)
+    lines = done.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("bad.py:6: error: Incompatible types"))
+    assert 'skel.rodata.targ_pid = "1234"' in "\n".join(lines[at:at + 4]), done.stdout
 
 
 def test_sibling_mode_opens_the_object_beside_the_module(bpf_objects: dict[str, Path], tmp_path: Path) -> None:
