@@ -8,6 +8,8 @@ classes do not wrap.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import _shim, features, loaded
 from ._batch import Batch, OrderedBatch, Record
 from ._ffi import ffi, lib
@@ -39,7 +41,7 @@ from .events import (
 from .globals import Globals, RawGlobals
 from .hist import Histogram
 from .link import Link
-from .loaded import LinkInfo, MapInfo, ProgramInfo, links, maps, programs
+from .loaded import LinkInfo, MapInfo, ProgramInfo, links, programs
 from .maps import Map, RawMap
 from .object import BPFObject
 from .ordered import OrderedReader, OrderedStats
@@ -56,6 +58,9 @@ from .ringbuf import (
     unmap_ringbuf,
 )
 from .syms import KernelSymbols, ProcessSymbols, Symbol
+
+if TYPE_CHECKING:  # at run time pylibbpf.maps is the module, and calling it lists the maps (loaded.MapsModule)
+    from .loaded import maps as maps
 
 
 def libbpf_version() -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import os
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -352,3 +353,15 @@ def links() -> list[LinkInfo]:
     without CAP_SYS_ADMIN.
     """
     return _walk("link", link_info)
+
+
+class MapsModule(types.ModuleType):
+    """The class of the ``pylibbpf.maps`` module: calling it, ``pylibbpf.maps()``, is :func:`maps`.
+
+    The 1.0 API names the listing ``pylibbpf.maps()``; a function of that name in the package would
+    hide the module from ``import pylibbpf.maps``, so the module itself answers the call.
+    """
+
+    def __call__(self) -> list[MapInfo]:
+        """Every map the kernel has loaded, as :func:`maps` gives them."""
+        return maps()

@@ -20,6 +20,7 @@ import abc
 import builtins
 import errno
 import os
+import sys
 from collections.abc import (
     Callable,
     ItemsView,
@@ -892,3 +893,8 @@ def _described(vt: ValueType | None) -> EventDef | str | None:
     if vt is None:
         return None
     return vt.event if vt.event is not None else vt.name
+
+
+
+# pylibbpf.maps() lists the kernel's maps (loaded.MapsModule); pylibbpf.maps stays this module.
+sys.modules[__name__].__class__ = loaded.MapsModule

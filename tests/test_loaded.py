@@ -222,6 +222,15 @@ def test_the_lists_hold_what_this_process_loaded(obj: BPFObject) -> None:
     assert link_id not in [entry.id for entry in pylibbpf.links()]  # destroyed: not listed any more
 
 
+def test_pylibbpf_maps_stays_the_module_and_lists_when_called(obj: BPFObject) -> None:
+    import importlib
+
+    module = importlib.import_module("pylibbpf.maps")
+    assert pylibbpf.maps is module and module.Map is pylibbpf.Map  # `import pylibbpf.maps` still works
+    assert obj.maps["pairs"].info() in pylibbpf.maps()  # and calling it lists the kernel's maps
+    assert all(isinstance(entry, pylibbpf.MapInfo) for entry in pylibbpf.maps())
+
+
 def test_objects_gone_between_their_id_and_their_fd_are_skipped(obj: BPFObject,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     mine = obj.programs["inner_value"].info().id
