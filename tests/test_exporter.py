@@ -161,6 +161,19 @@ def test_the_command_refuses_a_bad_config_in_one_line(tmp_path: Path) -> None:
                            "(known: counters, gauges, histograms)\n")
 
 
+def test_a_taken_port_is_refused_before_anything_loads(tmp_path: Path) -> None:
+    path = _write(tmp_path, "programs:\n  - name: x\n    source: does-not-exist.bpf.c\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([*COMMAND, str(path), "--listen", f"127.0.0.1:{port}"], capture_output=True, text=True,
+                              timeout=120)
+    assert done.returncode == 1
+    # the source is never compiled (it does not exist): the port was checked first
+    assert done.stderr == f"pylibbpf exporter: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+
+
 # --- decoders ---------------------------------------------------------------------------------------
 
 def _decode(value: object, *steps: Decoder) -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -31,6 +32,17 @@ def listen_address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _check_listen(host: str, port: int) -> None:
+    """CommandError when ``host:port`` cannot be bound now (in use, no such address)."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server binds
+            s.bind((host, port))
+    except OSError as e:
+        raise CommandError(f"cannot listen on {host or '*'}:{port}: {e.strerror}") from e
+
+
 def cmd_exporter(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or Ctrl-C; 0 then, 1 for a configuration or a load refused at start."""
     try:
@@ -38,8 +50,10 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise CommandError(f"{e.name} is missing: install the exporter extra "
                            "(pip install 'pylibbpf-cffi[exporter]')") from e
+    host, port = args.listen
     try:
         config = load(args.config)
+        _check_listen(host, port)  # a taken port is refused before any program loads
         exporter = Exporter(config)
     except ConfigError as e:
         raise CommandError(str(e)) from e
@@ -50,7 +64,6 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     except (OSError, RuntimeError) as e:
         raise CommandError(str(e)) from e
     with exporter:
-        host, port = args.listen
         try:
             bound = exporter.serve(host, port, args.metrics_path)
         except OSError as e:
