@@ -250,7 +250,7 @@ def arrow_reader(size: int, check: SeqCheck, read: Callable[[Any, Any, float], A
     ev = event_def(size)
     # Warm up as the numpy rows do: numpy and pyarrow import parts of themselves on first use.
     # A RecordBatch's first column() and to_numpy() took ~0.5 ms here, about a tenth of the
-    # first round of a 1 KiB drain; the numpy paths of walk_array are warmed by check.warm_up.
+    # first fill-and-drain of a 1 KiB drain; the numpy paths of walk_array are warmed by check.warm_up.
     check.warm_up(ev.numpy_dtype())
     ArrowRows(Batch.one(bytes(ev.size)).to_arrow(ev))["seq"]
     obj, trigger, failures = libbpf_producer("ringbuf", size)

@@ -314,8 +314,8 @@ def run_drain(reader: Reader, check: SeqCheck, events: int, min_time_s: float, m
     """Fill the ring(s) with ``events`` events, then time consuming them; repeat until ``min_time_s`` of consuming.
 
     ``warmup_rounds``: rounds filled and drained first, untimed (their time and
-    faults are kept as ``warmup_s``/``warmup_faults``). A process's first round
-    pays once for what later rounds reuse: the first touch of the reader's
+    faults are kept as ``warmup_s``/``warmup_faults``). A process's first fill-and-drain
+    pays once for what later ones reuse: the first touch of the reader's
     memory (its blocks, a huge page), numpy's and pyarrow's first calls. With
     three timed rounds, as a Python perf row gets (a perf ring fills slowly), that
     one-off weighed a third of the rate (ordered numpy 99 vs 123 M ev/s at 32 B

@@ -159,8 +159,8 @@ def drain_reader(check: SeqCheck) -> Any:
 
 
 def test_a_drain_keeps_each_rounds_time_and_faults() -> None:
-    """run_drain's repetition keeps a time and a fault count per round (to tell a slow first round
-    from a slow process), as many as rounds, and the time adds up to wall_s."""
+    """run_drain's repetition keeps a time and a fault count per fill-and-drain (to tell a slow
+    warm-up from a slow process), one per round, and the time adds up to wall_s."""
     from benchmarks.harness import run_drain
 
     check = SeqCheck()
