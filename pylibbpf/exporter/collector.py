@@ -212,16 +212,21 @@ class Collector:
     def _drop(self, b: _Bound) -> None:
         self._drops[b.metric.name] = self._drops.get(b.metric.name, 0) + 1
 
-    def _series(self, b: _Bound, entries: list[tuple[Any, Any]]) -> dict[tuple[str, ...], float]:
-        out: dict[tuple[str, ...], float] = {}
+    def _labelled(self, b: _Bound, entries: list[tuple[Any, Any]]) -> Iterator[tuple[tuple[str, ...], Any, Any]]:
+        """(labels, key, value) of each entry whose labels decode; the others are counted as drops."""
         for key, value in entries:
             try:
                 labels = b.labels_of(key)
-            except ValueError:
+            except ValueError:  # a decoder refused the field's value
                 labels = None
             if labels is None:
                 self._drop(b)
                 continue
+            yield labels, key, value
+
+    def _series(self, b: _Bound, entries: list[tuple[Any, Any]]) -> dict[tuple[str, ...], float]:
+        out: dict[tuple[str, ...], float] = {}
+        for labels, _, value in self._labelled(b, entries):
             out[labels] = out.get(labels, 0) + b.value_of(value)
         return out
 
@@ -229,14 +234,7 @@ class Collector:
                     ) -> dict[tuple[str, ...], tuple[list[tuple[str, float]], float]]:
         metric = b.metric
         slots: dict[tuple[str, ...], dict[int | float, float]] = {}
-        for key, value in entries:
-            try:
-                labels = b.labels_of(key)
-            except ValueError:
-                labels = None
-            if labels is None:
-                self._drop(b)
-                continue
+        for labels, key, value in self._labelled(b, entries):
             counts = slots.setdefault(labels, {})
             if b.array:
                 for index, count in enumerate(b.value_of(value)):

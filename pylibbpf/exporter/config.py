@@ -129,23 +129,23 @@ class _Node:
         return ConfigError(self.where, message)
 
 
-def _from_yaml(node: Any, file: str) -> _Node:
+def _from_yaml(node: Any, file: str, scalars: Any) -> _Node:
+    """The YAML node tree as _Nodes; ``scalars``, a yaml.SafeLoader, types each scalar as YAML says."""
     import yaml
 
     if isinstance(node, yaml.MappingNode):
         out: dict[str, _Node] = {}
         for key, value in node.value:
-            k = _from_yaml(key, file)
+            k = _from_yaml(key, file, scalars)
             if not isinstance(k.value, str):
                 raise k.fail(f"a key must be a string, got {k.value!r}")
             if k.value in out:
                 raise k.fail(f"{k.value!r} is given twice")
-            out[k.value] = _from_yaml(value, file)
+            out[k.value] = _from_yaml(value, file, scalars)
         return _Node(out, node.start_mark.line + 1, file)
     if isinstance(node, yaml.SequenceNode):
-        return _Node([_from_yaml(v, file) for v in node.value], node.start_mark.line + 1, file)
-    value = yaml.SafeLoader(" ").construct_object(node, deep=True)  # a scalar, typed as YAML says
-    return _Node(value, node.start_mark.line + 1, file)
+        return _Node([_from_yaml(v, file, scalars) for v in node.value], node.start_mark.line + 1, file)
+    return _Node(scalars.construct_object(node, deep=True), node.start_mark.line + 1, file)
 
 
 def _from_python(value: Any, file: str) -> _Node:
@@ -347,7 +347,7 @@ def load(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(where, f"not valid YAML: {getattr(e, 'problem', None) or e}") from None
     if node is None:
         raise ConfigError(name, "the file is empty")
-    return _config(_from_yaml(node, name), name)
+    return _config(_from_yaml(node, name, yaml.SafeLoader("")), name)
 
 
 def from_dict(value: Mapping[str, Any], *, name: str = "<config>") -> Config:
