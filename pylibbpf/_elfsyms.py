@@ -293,12 +293,13 @@ def _read_debug_file(path: str, build: str, rows: _Rows) -> None:
             return
 
 
-def parse(stream: IO[bytes]) -> ElfSymbols:
-    """Every function symbol the file and its debug information give (see the module's docstring).
+def parse(stream: IO[bytes] | ELFFile) -> ElfSymbols:
+    """Every function symbol the file (a stream, or its ELFFile already read) and its debug
+    information give (see the module's docstring).
 
     Raises one of :data:`PARSE_ERRORS` when ``stream`` is not an ELF file or its headers are damaged.
     """
-    elf = ELFFile(stream)
+    elf = stream if isinstance(stream, ELFFile) else ELFFile(stream)
     segments = tuple((seg["p_offset"], seg["p_filesz"], seg["p_vaddr"]) for seg in elf.iter_segments()
                      if seg["p_type"] == "PT_LOAD")
     build = build_id(elf)
@@ -328,11 +329,13 @@ def cached(stream: IO[bytes], fallback_key: tuple[object, ...]) -> ElfSymbols:
     """The parsed symbols of ``stream``: one parse per build-id and size (``fallback_key`` for a file
     without a build-id); a file that is not ELF, or is damaged, has none (:data:`NOT_ELF`)."""
     key = fallback_key
+    elf: ELFFile | None = None
     try:
         stream.seek(0, os.SEEK_END)
         size = stream.tell()
         stream.seek(0)
-        build = build_id(ELFFile(stream))
+        elf = ELFFile(stream)
+        build = build_id(elf)
         if build is not None:
             key = ("build-id", build, size)
     except PARSE_ERRORS:
@@ -343,8 +346,9 @@ def cached(stream: IO[bytes], fallback_key: tuple[object, ...]) -> ElfSymbols:
             _cache.move_to_end(key)
             return hit
     try:
-        stream.seek(0)
-        parsed = parse(stream)
+        if elf is None:  # the header did not read: not ELF
+            raise ELFError("not an ELF file")
+        parsed = parse(elf)  # the headers read above, not read again
     except PARSE_ERRORS:
         # not an ELF file (a locale archive, a font mapped by a process), a truncated one, or a header
         # whose offsets point nowhere (pyelftools then seeks before the start: OSError): no symbols,

@@ -260,14 +260,13 @@ def _open_mapped(path: str, inode: int) -> int | None:
 class _PerfMap:
     """A perf map's entries (``START SIZE NAME`` lines, hexadecimal), sorted; the file's identity."""
 
-    identity: tuple[int, int, int]
-    path: str
+    identity: tuple[int, ...]
     starts: list[int]
     ends: list[int]
     names: list[str]
 
     @classmethod
-    def parse(cls, identity: tuple[int, int, int], path: str, text: str) -> _PerfMap:
+    def parse(cls, identity: tuple[int, ...], text: str) -> _PerfMap:
         entries: dict[int, tuple[int, str]] = {}
         for line in text.splitlines():
             parts = line.split(maxsplit=2)
@@ -280,7 +279,7 @@ class _PerfMap:
             if size > 0:
                 entries[start] = (start + size, parts[2])  # code compiled again at one address: the last
         starts = sorted(entries)
-        return cls(identity, path, starts, [entries[s][0] for s in starts], [entries[s][1] for s in starts])
+        return cls(identity, starts, [entries[s][0] for s in starts], [entries[s][1] for s in starts])
 
     def lookup(self, addr: int) -> tuple[str, int] | None:
         i = bisect.bisect_right(self.starts, addr) - 1
@@ -327,7 +326,8 @@ class ProcessSymbols:
         self._mappings: list[_Mapping] = []
         self._vdso: _elfsyms.ElfSymbols | None = None
         self._perf_map: _PerfMap | None = None
-        self._perf_map_path = f"/proc/{self.pid}/root/tmp/perf-{_namespace_pid(self.pid)}.map"
+        self._perf_map_name = f"/tmp/perf-{_namespace_pid(self.pid)}.map"  # as the process names it
+        self._perf_map_path = f"/proc/{self.pid}/root{self._perf_map_name}"
         self.refresh()
 
     def refresh(self) -> None:
@@ -430,12 +430,31 @@ class ProcessSymbols:
         return self._vdso
 
     def _perf_map_lookup(self, addr: int) -> Symbol | None:
-        """The perf map's entry for ``addr`` (the file read again when it changed since the last look)."""
-        path = self._perf_map_path
+        """The perf map's entry for ``addr``; the file is read again only when it changed (a JIT appends)."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+            st = os.stat(self._perf_map_path, follow_symlinks=False)
         except OSError:
             return None
+        # The owner and type are part of the identity: a refused file made acceptable is read again.
+        identity = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_uid, st.st_mode)
+        with self._lock:
+            current = self._perf_map
+        if current is None or current.identity != identity:
+            current = _PerfMap.parse(identity, self._read_perf_map())
+            with self._lock:
+                self._perf_map = current
+        found = current.lookup(addr)
+        if found is None:
+            return None
+        return Symbol(found[0], found[1], self._perf_map_name)
+
+    def _read_perf_map(self) -> str:
+        """The perf map's text; "" when it is not a regular file owned by the process's user or root
+        (a FIFO, or another user's file at a name anyone can create in /tmp) or cannot be read."""
+        try:
+            fd = os.open(self._perf_map_path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return ""
         with open(fd, "rb") as f:
             st = os.fstat(f.fileno())
             try:
@@ -443,18 +462,8 @@ class ProcessSymbols:
             except OSError:
                 owner = 0
             if not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, owner):
-                return None  # a FIFO or another user's file at a name anyone can create in /tmp
-            identity = (st.st_ino, st.st_size, st.st_mtime_ns)
-            with self._lock:
-                current = self._perf_map
-            if current is None or current.identity != identity:
-                current = _PerfMap.parse(identity, path, f.read().decode("utf-8", "replace"))
-                with self._lock:
-                    self._perf_map = current
-        found = current.lookup(addr)
-        if found is None:
-            return None
-        return Symbol(found[0], found[1], f"/tmp/perf-{_namespace_pid(self.pid)}.map")
+                return ""
+            return f.read().decode("utf-8", "replace")
 
     def modules(self) -> Sequence[str]:
         """The distinct files and names mapped in the process, in address order."""
