@@ -33,11 +33,16 @@ TARGET_SECONDS = 0.5
 N_FUNCTIONS = 120_000
 
 
-def _large_object(directory: Path) -> Path:
+def large_object(directory: Path, functions: int = N_FUNCTIONS) -> Path:
+    """``directory/liblarge.so``: ``functions`` functions ``f0``, ``f1``, ... (the odd ones global, the
+    even ones local), each ``nop; nop; ret`` with an ``int3`` after it that no function covers;
+    assembled with gas macros (tests/test_syms_rules.py reads it too)."""
     source = directory / "large.s"
     source.write_text(
-        ".text\n.altmacro\n.macro fn n\n.globl f\\n\n.type f\\n, @function\nf\\n: ret\n.size f\\n, . - f\\n\n.endm\n"
-        f".set i, 0\n.rept {N_FUNCTIONS}\nfn %i\n.set i, i + 1\n.endr\n")
+        ".text\n.altmacro\n"
+        ".macro fn n\n.if \\n % 2\n.globl f\\n\n.endif\n.type f\\n, @function\nf\\n: nop\nnop\nret\n"
+        ".size f\\n, . - f\\n\nint3\n.endm\n"
+        f".set i, 0\n.rept {functions}\nfn %i\n.set i, i + 1\n.endr\n")
     out = directory / "liblarge.so"
     subprocess.run(["gcc", "-shared", "-nostdlib", str(source), "-o", str(out)], check=True, capture_output=True)
     return out
@@ -76,7 +81,7 @@ def _median_seconds(fn: Any, path: Path, repeat: int) -> tuple[float, int]:
 def measure(repeat: int) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        files = [("120k-function .symtab", _large_object(Path(tmp)))]
+        files = [("120k-function .symtab", large_object(Path(tmp)))]
         llvm = sorted(glob.glob("/usr/lib/*/libLLVM*.so*"), key=lambda p: Path(p).stat().st_size)
         if llvm:
             files.insert(0, ("libLLVM .dynsym", Path(llvm[-1])))

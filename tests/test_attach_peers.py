@@ -17,13 +17,13 @@ import errno
 import mmap
 import os
 import socket
-import struct
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from progs import counter, wait_until
+from test_program import file_offset
 
 from pylibbpf import BPFError, BPFObject, Link, LoadError, features, ffi, lib
 
@@ -63,20 +63,6 @@ def obj(bpf_objects: dict[str, Path]) -> Iterator[BPFObject]:
 
 def cookie_of(o: BPFObject, slot: int) -> int:
     return counter(o, "cookies", slot)
-
-
-def file_offset(binary: Path, symbol: str) -> int:
-    """The file offset of ``symbol``: its address mapped through the PT_LOAD segment that holds it."""
-    data = binary.read_bytes()
-    nm = subprocess.run(["nm", str(binary)], check=True, capture_output=True, text=True).stdout
-    addr = next(int(line.split()[0], 16) for line in nm.splitlines() if line.endswith(" " + symbol))
-    phoff, = struct.unpack_from("<Q", data, 0x20)
-    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
-    for i in range(phnum):
-        p_type, _flags, p_offset, p_vaddr, _paddr, p_filesz = struct.unpack_from("<IIQQQQ", data, phoff + i * phentsize)
-        if p_type == 1 and p_vaddr <= addr < p_vaddr + p_filesz:
-            return addr - p_vaddr + p_offset
-    raise AssertionError(f"{symbol} is in no PT_LOAD segment")
 
 
 # --- cookies ---------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from symref import kallsyms_groups, kernel_choice
 
+from benchmarks import symbols as symbols_benchmark
 from pylibbpf import KernelSymbols, ProcessSymbols, Symbol, _elfsyms
 from pylibbpf.syms import elf_has_symbol, preferred_kernel_name
 
@@ -226,17 +227,8 @@ N_FUNCTIONS = 120_000
 
 @pytest.fixture(scope="module")
 def large_object(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A shared object with N_FUNCTIONS functions (every other one local), assembled with gas macros."""
-    d = tmp_path_factory.mktemp("syms-large")
-    source = d / "large.s"
-    source.write_text(
-        ".text\n.altmacro\n"
-        ".macro fn n\n.if \\n % 2\n.globl f\\n\n.endif\n.type f\\n, @function\nf\\n: nop\nnop\nret\n"
-        ".size f\\n, . - f\\n\nint3\n.endm\n"
-        f".set i, 0\n.rept {N_FUNCTIONS}\nfn %i\n.set i, i + 1\n.endr\n")
-    out = d / "liblarge.so"
-    subprocess.run(["gcc", "-shared", "-nostdlib", str(source), "-o", str(out)], check=True, capture_output=True)
-    return out
+    """A shared object with N_FUNCTIONS functions (every other one local): benchmarks.symbols makes it."""
+    return symbols_benchmark.large_object(tmp_path_factory.mktemp("syms-large"), N_FUNCTIONS)
 
 
 @pytest.mark.parametrize("with_numpy", [True, False])
