@@ -39,6 +39,7 @@ from . import _libbpf
 from ._batch import Batch
 from ._ffi import ffi
 from ._views import uniform_stride
+from .btf import CharArrayType
 from .errors import BPFError, ClosedError
 from .link import Link
 from .maps import Map
@@ -152,26 +153,16 @@ class Float(Spec):
 
 
 class Text(Spec):
-    """``char[n]``: str (UTF-8) or bytes of at most n bytes, NUL-padded."""
+    """``char[n]``: str (UTF-8) or bytes of at most n bytes, NUL-padded (``btf.CharArrayType``'s rules)."""
 
     zero = ""
 
     def __init__(self, count: int) -> None:
         self.count, self.fmt, self.ctype = count, f"{count}s", f"char[{count}]"
+        self._char = CharArrayType(count)
 
     def row(self, value: Any, label: str) -> Row:
-        if isinstance(value, str):
-            try:
-                data = value.encode("utf-8")
-            except UnicodeEncodeError as e:
-                raise ValueError(f"{label} ({self.ctype}) cannot be encoded as UTF-8: {e.reason}") from None
-        elif isinstance(value, (bytes, bytearray, memoryview)):
-            data = bytes(value)
-        else:
-            raise TypeError(f"{label} ({self.ctype}) must be a str, got {type(value).__name__}")
-        if len(data) > self.count:
-            raise ValueError(f"{label} ({self.ctype}) holds {self.count} bytes, got {len(data)} ({value!r:.40})")
-        return (data,)
+        return (self._char.encode(value, label),)
 
 
 class Raw(Spec):
